@@ -1,0 +1,146 @@
+# SPDX-License-Identifier: MIT
+# kvd: daemon, client library, tools, tests, man pages.
+#   make          build everything (installs missing Debian packages first)
+#   make test     unit + integration tests, man page lint, clang build check
+#   make demo     kvd on the host backend + kvbench with 4 engine processes
+#   make install  PREFIX=/usr/local
+
+VERSION		:= $(shell cat VERSION)
+VERSION_MAJOR	:= $(word 1,$(subst ., ,$(VERSION)))
+SONAME		:= libkvclient.so.$(VERSION_MAJOR)
+
+CC		?= gcc
+CFLAGS		?= -O2 -g
+WARN		:= -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+BASE_CFLAGS	:= -std=gnu11 -D_GNU_SOURCE -Iinclude -DKV_VERSION=\"$(VERSION)\" $(WARN)
+O		?= build
+PREFIX		?= /usr/local
+
+# CUDA: nvcc on PATH, else $(CUDA_HOME)/bin/nvcc; built without it if absent.
+CUDA_HOME	?= /usr/local/cuda
+NVCC		?= $(shell command -v nvcc 2>/dev/null || { [ -x $(CUDA_HOME)/bin/nvcc ] && echo $(CUDA_HOME)/bin/nvcc; })
+
+KVD_SRCS	:= $(wildcard kvd/*.c)
+LIB_SRCS	:= $(wildcard libkvclient/*.c)
+KERNEL_CU	:= $(wildcard kernels/*.cu)
+UNIT_SRCS	:= $(wildcard tests/unit/test_*.c)
+INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
+
+KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o)
+LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o)
+KVD_CORE_OBJS	:= $(filter-out $(O)/obj/kvd/main.o,$(KVD_OBJS))
+
+LIB		:= $(O)/$(SONAME)
+UNIT_BINS	:= $(UNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%)
+INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
+TOOLS		:= $(O)/kvctl $(O)/kvbench
+DEPS_STAMP	:= $(O)/.deps-ok
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+all: $(O)/kvd $(LIB) $(TOOLS) kernels
+
+$(DEPS_STAMP): scripts/install-deps.sh
+	@mkdir -p $(O)
+	$(Q)sh scripts/install-deps.sh
+	@touch $@
+
+$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(O)/pic/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h libkvclient/*.h)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (pic)"
+	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
+
+$(O)/kvd: $(KVD_OBJS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -luring -ljemalloc
+
+$(LIB): $(LIB_OBJS) libkvclient/libkvclient.map
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) \
+		-Wl,--version-script=libkvclient/libkvclient.map -o $@ $(LIB_OBJS)
+	$(Q)ln -sf $(SONAME) $(O)/libkvclient.so
+
+LIB_LINK	:= -L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..'
+
+$(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^
+
+$(O)/kvbench: $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB_LINK) -lm
+
+# Unit tests link only the daemon modules (and cmocka).
+$(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(O)/tests/unit/stubs.o
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring
+
+$(O)/tests/unit/stubs.o: tests/unit/stubs.c $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd $(CFLAGS) -c -o $@ $<
+
+$(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $<"
+	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd $(CFLAGS) -c -o $@ $<
+
+$(O)/tests/integration/%: $(O)/tests/integration/%.o $(O)/tests/integration/harness.o $(LIB)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/tests/integration/harness.o $(LIB_LINK)
+
+# CUDA kernels (kernels/*.cu), compiled and linked whenever nvcc exists.
+kernels:
+ifneq ($(NVCC),)
+ifneq ($(KERNEL_CU),)
+	@mkdir -p $(O)/kernels
+	@echo "  NVCC    $(KERNEL_CU)"
+	$(Q)$(NVCC) -O2 -Iinclude -arch=sm_90 -c $(KERNEL_CU) -odir $(O)/kernels
+endif
+else
+	@echo "  CUDA    nvcc not found (PATH, CUDA_HOME=$(CUDA_HOME)): GPU code skipped"
+endif
+
+test: all $(UNIT_BINS) $(INTEG_BINS) man-check clang-check
+	$(Q)O=$(O) sh tests/runtests.sh
+
+# Every exported kv_ symbol has a man3 page, and every page lints clean.
+man-check: $(LIB)
+	$(Q)sh tests/man-check.sh $(LIB)
+
+# The tree must also build warning-free under clang.
+clang-check: $(DEPS_STAMP)
+	@echo "  CLANG   -fsyntax-only $(words $(KVD_SRCS) $(LIB_SRCS)) files + tools + tests"
+	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) tools/*.c tests/unit/*.c tests/integration/*.c; do \
+		clang $(BASE_CFLAGS) -Ikvd -fsyntax-only $$f || exit 1; done
+
+demo: all
+	$(Q)sh tools/demo.sh $(O)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin \
+		$(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/kv \
+		$(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man7 \
+		$(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 755 $(O)/kvd $(DESTDIR)$(PREFIX)/sbin/kvd
+	install -m 755 $(O)/kvctl $(O)/kvbench $(DESTDIR)$(PREFIX)/bin/
+	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvclient.so
+	install -m 644 include/kv/*.h $(DESTDIR)$(PREFIX)/include/kv/
+	cp -P man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
+	cp -P man/man7/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
+	cp -P man/man8/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+
+clean:
+	rm -rf $(O)
+
+.PHONY: all test man-check clang-check demo install clean kernels
+.SECONDARY:

@@ -1,0 +1,311 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvd wire and ring ABI, shared by the daemon (kvd) and libkvclient.
+ *
+ * Everything here crosses a process boundary: fixed-width types only,
+ * explicit reserved fields that must be zero, sizes proved at compile
+ * time. A change that moves a field bumps KV_ABI_MAJOR; a change that only
+ * adds an opcode or a feature bit bumps KV_ABI_MINOR.
+ *
+ * Shapes follow io_uring's uapi header: a client learns every ring
+ * location from struct kv_ring_offsets in WELCOME, so the layout can grow.
+ */
+#ifndef KV_ABI_H
+#define KV_ABI_H
+
+#include <linux/types.h>
+#include <stddef.h>
+
+#define KV_ABI_MAJOR		1
+#define KV_ABI_MINOR		0
+
+#define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
+
+/* Fixed sizes of the pool's memory-moving unit (DESIGN.md "page"). */
+#define KV_PAGE_SHIFT		21
+#define KV_PAGE_BYTES		(1UL << KV_PAGE_SHIFT)	/* 2 MiB, CUDA VMM granularity */
+
+#define KV_MODEL_ID_MAX		64	/* bytes, NUL included */
+#define KV_ERRMSG_MAX		128	/* bytes, NUL included */
+
+/* Control message types (SOCK_SEQPACKET, one struct per datagram). */
+enum {
+	KV_MSG_HELLO		= 1,	/* client -> kvd: struct kv_hello */
+	KV_MSG_WELCOME		= 2,	/* kvd -> client: struct kv_welcome + fds */
+	KV_MSG_ADMIN		= 16,	/* kvctl -> kvd admin socket: struct kv_admin_req */
+	KV_MSG_ADMIN_REPLY	= 17,	/* kvd -> kvctl */
+};
+
+/* KV dtypes: the element type of K and V inside a block. */
+enum kv_dtype {
+	KV_DTYPE_FP16		= 0,
+	KV_DTYPE_BF16		= 1,
+	KV_DTYPE_FP32		= 2,
+	KV_DTYPE_FP8_E4M3	= 3,
+	KV_DTYPE_INT8		= 4,
+	KV_DTYPE__MAX,
+};
+
+/*
+ * Model geometry: what decides a block's size and layout. Inside a block
+ * bytes are laid out [layer][K|V][kv_head][slot][head_dim] (DESIGN.md), so
+ *   block_bytes = layers * 2 * kv_heads * block_tokens * head_dim * dtype size.
+ * Limits (kvd answers -EINVAL beyond them): every count >= 1, layers,
+ * kv_heads <= 1024, head_dim <= 1024, block_tokens <= 1024, block_bytes a
+ * multiple of 256 (aligned vector loads) and at most 1 GiB.
+ */
+struct kv_geometry {
+	__u32	layers;
+	__u32	kv_heads;
+	__u32	head_dim;
+	__u32	block_tokens;
+	__u32	dtype;		/* enum kv_dtype */
+	__u32	quant;		/* quantization scheme; 0 = none (only value yet) */
+	__u32	resv[2];	/* must be zero */
+};
+
+/*
+ * HELLO: first and only datagram a client sends on its control socket.
+ * Ring sizes are requests; kvd answers with what it set up.
+ */
+struct kv_hello {
+	__u32	magic;		/* KV_MAGIC */
+	__u16	abi_major;	/* KV_ABI_MAJOR of the client */
+	__u16	abi_minor;
+	__u32	type;		/* KV_MSG_HELLO */
+	__u32	size;		/* sizeof(struct kv_hello) */
+	__u32	sq_entries;	/* power of two, 1..KV_MAX_SQ_ENTRIES */
+	__u32	data_bytes;	/* data area bytes, multiple of 4096 */
+	__u32	flags;		/* none defined yet; must be zero */
+	__u32	resv0;
+	char	model_id[KV_MODEL_ID_MAX];	/* NUL-terminated, non-empty */
+	struct kv_geometry geom;
+	__u64	resv[4];	/* must be zero */
+};
+
+#define KV_MAX_SQ_ENTRIES	4096
+#define KV_MIN_DATA_BYTES	4096
+#define KV_MAX_DATA_BYTES	(16U << 20)
+
+/* Byte offsets of each ring field inside the ring memfd. */
+struct kv_ring_offsets {
+	__u32	sq_head;	/* __u32, written by kvd */
+	__u32	sq_tail;	/* __u32, written by the client */
+	__u32	sq_flags;	/* __u32, KV_SQ_* written by kvd */
+	__u32	sq_entries;
+	__u32	sqes;		/* struct kv_sqe[sq_entries] */
+	__u32	cq_head;	/* __u32, written by the client */
+	__u32	cq_tail;	/* __u32, written by kvd */
+	__u32	cq_flags;	/* __u32, KV_CQ_* written by the client */
+	__u32	cq_entries;
+	__u32	cqes;		/* struct kv_cqe[cq_entries] */
+	__u32	data;		/* data area */
+	__u32	data_bytes;
+	__u32	ring_bytes;	/* size of the whole memfd */
+	__u32	resv[3];
+};
+
+/* Pool backends and exports. */
+enum {
+	KV_BACKEND_HOST		= 1,	/* memfd in host RAM */
+	KV_BACKEND_CUDA		= 2,
+};
+
+/*
+ * WELCOME: kvd's answer. On success (status == 0) the ancillary data holds,
+ * in this order, the ring memfd, the submit doorbell eventfd (client ->
+ * kvd), the completion eventfd (kvd -> client) and the pool memfd.
+ * On failure status is a negative errno, errmsg says why, no fd is passed
+ * and kvd closes the socket.
+ */
+struct kv_welcome {
+	__u32	magic;
+	__u16	abi_major;	/* KV_ABI_MAJOR of kvd */
+	__u16	abi_minor;
+	__u32	type;		/* KV_MSG_WELCOME */
+	__u32	size;
+	__s32	status;		/* 0 or -errno */
+	__u32	client_id;	/* unique for the daemon's lifetime */
+	__u32	ns_id;		/* namespace the client's blocks come from */
+	__u32	backend;	/* KV_BACKEND_* */
+	__u64	pool_bytes;	/* bytes of the pool mapping */
+	__u64	page_bytes;	/* KV_PAGE_BYTES */
+	__u64	block_bytes;	/* bytes of one block of this geometry */
+	__u64	slab_bytes;	/* bytes of one slab of this namespace */
+	__u32	max_blocks;	/* ids are < max_blocks (pool_bytes / block_bytes) */
+	__u32	features;	/* KV_FEAT_* */
+	struct kv_ring_offsets ring;
+	char	errmsg[KV_ERRMSG_MAX];
+	__u64	resv[4];
+};
+
+#define KV_FEAT_NEED_WAKEUP	(1U << 0)	/* NEED_WAKEUP flags honoured */
+
+/* SQ flags, written by kvd. */
+#define KV_SQ_NEED_WAKEUP	(1U << 0)	/* kvd sleeps: ring the doorbell */
+#define KV_SQ_CQ_FULL		(1U << 1)	/* kvd waits for CQ room: ring after reaping */
+
+/* CQ flags, written by the client. */
+#define KV_CQ_NEED_WAKEUP	(1U << 0)	/* client sleeps: write the cq eventfd */
+
+/* Opcodes. The numbering is ABI. */
+enum kv_op {
+	KV_OP_NOP		= 0,
+	KV_OP_ALLOC		= 1,	/* nr ids written at data[off] */
+	KV_OP_RELEASE		= 2,	/* nr ids read from data[off] */
+	KV_OP_REF		= 3,	/* nr ids read from data[off] */
+	KV_OP_STATS		= 4,	/* struct kv_stats written at data[off], nr = bytes */
+	KV_OP__MAX,
+};
+
+/*
+ * Submission entry, 64 bytes. off/nr locate an array in the client's data
+ * area: ids are __u32 (kv_block_t), so an id array spans nr * 4 bytes.
+ */
+struct kv_sqe {
+	__u8	opcode;		/* enum kv_op */
+	__u8	flags;		/* none defined yet; must be zero */
+	__u16	resv0;
+	__u32	nr;		/* number of ids (ALLOC, RELEASE, REF) or bytes (STATS) */
+	__u32	off;		/* byte offset into the data area, 4-byte aligned */
+	__u32	resv1;
+	__u64	user_data;	/* copied to the CQE */
+	__u64	args[4];	/* op-specific; zero for the ops above */
+	__u64	resv2;
+};
+
+/* Completion entry, 16 bytes. res: count (ids, bytes) or -errno. */
+struct kv_cqe {
+	__u64	user_data;
+	__s32	res;
+	__u32	flags;
+};
+
+/* Written by KV_OP_STATS: pool-wide and this client's/namespace's books. */
+struct kv_stats {
+	__u64	pool_bytes;
+	__u32	nr_pages;
+	__u32	pages_used;	/* pages in slabs of any namespace */
+	__u32	pages_free;
+	__u32	peak_pages_used;	/* since kvd started */
+	__u32	nr_clients;
+	__u32	nr_namespaces;
+	__u64	block_bytes;	/* this client's namespace */
+	__u32	ns_slabs;
+	__u32	ns_blocks;	/* blocks in the namespace's slabs */
+	__u32	ns_blocks_used;	/* ref > 0 */
+	__u32	ns_max_blocks;
+	__u32	client_blocks;	/* distinct blocks this client holds */
+	__u32	client_refs;	/* references this client holds */
+	__u64	ops;		/* SQEs kvd served for this client */
+	__u64	resv[4];
+};
+
+/* Admin socket (kvctl). */
+enum {
+	KV_ADMIN_STATUS		= 1,	/* reply: kv_admin_status + kv_admin_ns[nr_ns] */
+	KV_ADMIN_CLIENTS	= 2,	/* reply: kv_admin_status + kv_admin_client[nr_clients] */
+};
+
+struct kv_admin_req {
+	__u32	magic;
+	__u16	abi_major;
+	__u16	abi_minor;
+	__u32	type;		/* KV_MSG_ADMIN */
+	__u32	cmd;		/* KV_ADMIN_* */
+	__u64	resv[2];
+};
+
+struct kv_admin_status {
+	__u32	magic;
+	__u16	abi_major;
+	__u16	abi_minor;
+	__u32	type;		/* KV_MSG_ADMIN_REPLY */
+	__s32	status;		/* 0 or -errno */
+	__u32	backend;
+	__u32	pid;		/* kvd's pid */
+	__u64	pool_bytes;
+	__u64	page_bytes;
+	__u32	nr_pages;
+	__u32	pages_used;
+	__u32	pages_free;
+	__u32	peak_pages_used;
+	__u32	nr_clients;
+	__u32	nr_namespaces;
+	__u32	nr_records;	/* entries after this header */
+	__u32	resv0;
+	__u64	uptime_ms;
+	__u64	ops;		/* SQEs served, all clients */
+	__u64	resv[4];
+};
+
+struct kv_admin_ns {
+	__u32	id;
+	__u32	nr_clients;
+	char	model_id[KV_MODEL_ID_MAX];
+	struct kv_geometry geom;
+	__u64	block_bytes;
+	__u64	slab_bytes;
+	__u32	slab_pages;
+	__u32	nr_slabs;
+	__u32	blocks;		/* in slabs */
+	__u32	blocks_used;	/* ref > 0 */
+	__u32	blocks_free;	/* in slabs, ref 0 */
+	__u32	max_blocks;
+	__u64	resv[2];
+};
+
+struct kv_admin_client {
+	__u32	id;
+	__u32	pid;
+	__u32	uid;
+	__u32	gid;
+	__u32	ns_id;
+	__u32	blocks;		/* distinct blocks held */
+	__u32	refs;		/* references held */
+	__u32	sq_entries;
+	__u64	ops;
+	__u64	resv[2];
+};
+
+#define KV_ADMIN_MAX_RECORDS	1024
+
+/* Bytes of one element of a KV dtype; 0 for an unknown dtype. */
+static inline __u32 kv_dtype_bytes(__u32 dtype)
+{
+	switch (dtype) {
+	case KV_DTYPE_FP16:
+	case KV_DTYPE_BF16:
+		return 2;
+	case KV_DTYPE_FP32:
+		return 4;
+	case KV_DTYPE_FP8_E4M3:
+	case KV_DTYPE_INT8:
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * Bytes of one block of geometry @g ([layer][K|V][kv_head][slot][head_dim]),
+ * or 0 when a count is 0 or the dtype unknown. Products are in 64 bits.
+ */
+static inline __u64 kv_geometry_block_bytes(const struct kv_geometry *g)
+{
+	return (__u64)g->layers * 2 * g->kv_heads * g->block_tokens *
+	       g->head_dim * kv_dtype_bytes(g->dtype);
+}
+
+/* Layout proofs: every struct here has the same size on every ABI. */
+_Static_assert(sizeof(struct kv_geometry) == 32, "kv_geometry");
+_Static_assert(sizeof(struct kv_sqe) == 64, "kv_sqe must be 64 bytes");
+_Static_assert(sizeof(struct kv_cqe) == 16, "kv_cqe must be 16 bytes");
+_Static_assert(sizeof(struct kv_hello) == 160, "kv_hello");
+_Static_assert(sizeof(struct kv_ring_offsets) == 64, "kv_ring_offsets");
+_Static_assert(offsetof(struct kv_sqe, user_data) == 16, "kv_sqe.user_data");
+_Static_assert(offsetof(struct kv_welcome, ring) % 8 == 0, "kv_welcome.ring");
+_Static_assert(sizeof(struct kv_stats) % 8 == 0, "kv_stats");
+_Static_assert(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
+_Static_assert(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
+
+#endif /* KV_ABI_H */

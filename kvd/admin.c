@@ -1,0 +1,166 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Admin socket: kvctl sends one struct kv_admin_req and gets one reply
+ * datagram (struct kv_admin_status followed by records), then kvd closes
+ * the connection. Replies are built from the live books; nothing is cached.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->magic = KV_MAGIC;
+	st->abi_major = KV_ABI_MAJOR;
+	st->abi_minor = KV_ABI_MINOR;
+	st->type = KV_MSG_ADMIN_REPLY;
+	st->backend = d->cfg.backend;
+	st->pid = (uint32_t)getpid();
+	st->pool_bytes = d->pool.bytes;
+	st->page_bytes = KV_PAGE_BYTES;
+	st->nr_pages = d->pool.nr_pages;
+	st->pages_used = d->pool.pages_used;
+	st->pages_free = d->pool.nr_pages - d->pool.pages_used;
+	st->peak_pages_used = d->pool.peak_pages_used;
+	st->nr_clients = d->nr_clients;
+	st->nr_namespaces = d->nr_ns;
+	st->uptime_ms = (kvd_now_ns() - d->start_ns) / 1000000;
+	st->ops = d->ops;
+}
+
+static size_t fill_ns(struct kvd *d, void *buf)
+{
+	struct kv_admin_ns *r = buf;
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < d->cfg.max_namespaces; i++) {
+		const struct kvd_ns *ns = &d->ns[i];
+
+		if (!ns->live)
+			continue;
+		memset(&r[n], 0, sizeof(r[n]));
+		r[n].id = ns->id;
+		r[n].nr_clients = ns->nr_clients;
+		memcpy(r[n].model_id, ns->model_id, sizeof(r[n].model_id));
+		r[n].geom = ns->geom;
+		r[n].block_bytes = ns->block_bytes;
+		r[n].slab_bytes = ns->slab_bytes;
+		r[n].slab_pages = ns->slab_pages;
+		r[n].nr_slabs = ns->nr_slabs;
+		r[n].blocks = ns->nr_blocks;
+		r[n].blocks_used = ns->blocks_used;
+		r[n].blocks_free = ns->nr_blocks - ns->blocks_used;
+		r[n].max_blocks = ns->max_blocks;
+		n++;
+	}
+	return n;
+}
+
+static size_t fill_clients(struct kvd *d, void *buf)
+{
+	struct kv_admin_client *r = buf;
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < d->cfg.max_clients && n < KV_ADMIN_MAX_RECORDS;
+	     i++) {
+		const struct kvd_client *c = &d->clients[i];
+
+		if (c->state != KVD_CLIENT_LIVE)
+			continue;
+		memset(&r[n], 0, sizeof(r[n]));
+		r[n].id = c->id;
+		r[n].pid = (uint32_t)c->pid;
+		r[n].uid = c->uid;
+		r[n].gid = c->gid;
+		r[n].ns_id = c->ns->id;
+		r[n].blocks = c->holder.nr_blocks;
+		r[n].refs = c->holder.nr_refs;
+		r[n].sq_entries = c->sq_entries;
+		r[n].ops = c->ops;
+		n++;
+	}
+	return n;
+}
+
+static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
+{
+	size_t max = sizeof(struct kv_admin_status) + KV_ADMIN_MAX_RECORDS *
+		     sizeof(struct kv_admin_client);
+	struct kv_admin_status *st;
+	size_t n = 0, rec = 0;
+	uint8_t *buf;
+
+	buf = calloc(1, max);
+	if (!buf)
+		return;
+	st = (struct kv_admin_status *)buf;
+	kvd_admin_fill_status(d, st);
+	if (len != (int)sizeof(a->req) || a->req.magic != KV_MAGIC ||
+	    a->req.type != KV_MSG_ADMIN || a->req.abi_major != KV_ABI_MAJOR) {
+		st->status = -EPROTO;
+	} else if (a->req.cmd == KV_ADMIN_STATUS) {
+		n = fill_ns(d, buf + sizeof(*st));
+		rec = sizeof(struct kv_admin_ns);
+	} else if (a->req.cmd == KV_ADMIN_CLIENTS) {
+		n = fill_clients(d, buf + sizeof(*st));
+		rec = sizeof(struct kv_admin_client);
+	} else {
+		st->status = -EOPNOTSUPP;
+	}
+	st->nr_records = (uint32_t)n;
+	if (send(a->fd, buf, sizeof(*st) + n * rec,
+		 MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		kvd_dbg("admin reply: %m");
+	free(buf);
+}
+
+void kvd_admin_accept(struct kvd *d, int fd)
+{
+	struct io_uring_sqe *sqe;
+	uint32_t i;
+
+	for (i = 0; i < KVD_MAX_ADMIN; i++)
+		if (d->adm[i].fd < 0)
+			break;
+	if (i == KVD_MAX_ADMIN) {
+		kvd_warn("admin: too many connections, refusing one");
+		close(fd);
+		return;
+	}
+	d->adm[i].fd = fd;
+	d->adm[i].gen++;
+	d->adm[i].t_accept_ns = kvd_now_ns();
+	sqe = kvd_loop_sqe(d);
+	io_uring_prep_recv(sqe, fd, &d->adm[i].req,
+			   sizeof(d->adm[i].req) + sizeof(d->adm[i].pad), 0);
+	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_ADMIN_RECV, i,
+						 d->adm[i].gen));
+}
+
+void kvd_admin_recv_done(struct kvd *d, uint32_t slot, int res)
+{
+	struct kvd_admin_conn *a;
+
+	if (slot >= KVD_MAX_ADMIN || d->adm[slot].fd < 0)
+		return;
+	a = &d->adm[slot];
+	if (res > 0)
+		reply(d, a, res);
+	close(a->fd);
+	a->fd = -1;
+}
+
+/* Periodic: a connection silent for 2 s is shut down; its recv ends. */
+void kvd_admin_tick(struct kvd *d)
+{
+	uint64_t now = kvd_now_ns();
+
+	for (uint32_t i = 0; i < KVD_MAX_ADMIN; i++)
+		if (d->adm[i].fd >= 0 &&
+		    now - d->adm[i].t_accept_ns > 2000000000ULL)
+			shutdown(d->adm[i].fd, SHUT_RDWR);
+}

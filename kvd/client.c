@@ -1,0 +1,342 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Client lifetime: accept, HELLO -> WELCOME with the ring, eventfds and
+ * pool passed by SCM_RIGHTS, then teardown when the control socket closes.
+ *
+ * A slot is reused only when no io_uring op names it any more (inflight
+ * == 0), so a late completion can never write into a new client's
+ * buffers; the generation in user_data makes stale CQEs recognisable.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+static struct kvd_client *slot_get(struct kvd *d)
+{
+	for (uint32_t i = 0; i < d->cfg.max_clients; i++)
+		if (d->clients[i].state == KVD_CLIENT_FREE)
+			return &d->clients[i];
+	return NULL;
+}
+
+static void arm_ctrl(struct kvd *d, struct kvd_client *c)
+{
+	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
+
+	memset(&c->msg, 0, sizeof(c->msg));
+	c->iov.iov_base = c->rx.raw;
+	c->iov.iov_len = sizeof(c->rx.raw);
+	c->msg.msg_iov = &c->iov;
+	c->msg.msg_iovlen = 1;
+	io_uring_prep_recvmsg(sqe, c->sock, &c->msg, 0);
+	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_CTRL, c->slot, c->gen));
+	c->inflight++;
+}
+
+static void arm_doorbell(struct kvd *d, struct kvd_client *c)
+{
+	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
+
+	io_uring_prep_read(sqe, c->sq_evfd, &c->evbuf, sizeof(c->evbuf), 0);
+	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_DOORBELL, c->slot,
+						 c->gen));
+	c->inflight++;
+}
+
+static void cancel_op(struct kvd *d, struct kvd_client *c, int type)
+{
+	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
+
+	io_uring_prep_cancel64(sqe, kvd_ev_pack(type, c->slot, c->gen), 0);
+	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_IGNORE, 0, 0));
+}
+
+void kvd_client_accept(struct kvd *d, int fd)
+{
+	struct kvd_client *c = slot_get(d);
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+
+	if (!c) {
+		kvd_warn("refusing a client: all %u slots in use",
+			 d->cfg.max_clients);
+		close(fd);
+		return;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
+		kvd_warn("SO_PEERCRED: %m");
+		close(fd);
+		return;
+	}
+	c->gen++;
+	c->id = ++d->next_client_id;
+	c->state = KVD_CLIENT_HELLO;
+	c->inflight = 0;
+	c->sock = fd;
+	c->ring_fd = c->sq_evfd = c->cq_evfd = -1;
+	c->pid = cred.pid;
+	c->uid = cred.uid;
+	c->gid = cred.gid;
+	c->t_accept_ns = kvd_now_ns();
+	c->ns = NULL;
+	c->ops = 0;
+	kvd_holder_init(&c->holder, c->slot);
+	d->nr_clients++;
+	arm_ctrl(d, c);
+}
+
+static void send_welcome(struct kvd_client *c, struct kv_welcome *w,
+			 const int *fds, int nfds)
+{
+	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct cmsghdr *cm;
+
+	w->magic = KV_MAGIC;
+	w->abi_major = KV_ABI_MAJOR;
+	w->abi_minor = KV_ABI_MINOR;
+	w->type = KV_MSG_WELCOME;
+	w->size = sizeof(*w);
+	if (nfds) {
+		memset(cbuf, 0, sizeof(cbuf));
+		msg.msg_control = cbuf;
+		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	}
+	if (sendmsg(c->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		kvd_dbg("client %u: WELCOME: %m", c->id);
+}
+
+static void refuse(struct kvd *d, struct kvd_client *c, int err,
+		   const char *why)
+{
+	struct kv_welcome w = { .status = err };
+
+	snprintf(w.errmsg, sizeof(w.errmsg), "%s", why);
+	kvd_info("client %u (pid %d uid %u) refused: %s", c->id, (int)c->pid,
+		 (unsigned)c->uid, why);
+	send_welcome(c, &w, NULL, 0);
+	kvd_client_kill(d, c, NULL);
+}
+
+static bool zeroed(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (b[i])
+			return false;
+	return true;
+}
+
+/* Check a HELLO: returns 0 or -errno with *why set. */
+static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
+		       const char **why)
+{
+	if (len != (int)sizeof(*h) || h->magic != KV_MAGIC ||
+	    h->type != KV_MSG_HELLO || h->size != sizeof(*h)) {
+		*why = "malformed HELLO";
+		return -EPROTO;
+	}
+	if (h->abi_major != KV_ABI_MAJOR) {
+		*why = "ABI major version mismatch";
+		return -EPROTO;
+	}
+	if (h->flags || h->resv0 || !zeroed(h->resv, sizeof(h->resv))) {
+		*why = "HELLO flags or reserved fields not zero";
+		return -EINVAL;
+	}
+	if (!kvd_is_pow2(h->sq_entries) || h->sq_entries > KV_MAX_SQ_ENTRIES) {
+		*why = "sq_entries must be a power of two up to 4096";
+		return -EINVAL;
+	}
+	if (h->data_bytes < KV_MIN_DATA_BYTES ||
+	    h->data_bytes > KV_MAX_DATA_BYTES || h->data_bytes % 4096) {
+		*why = "data_bytes must be a multiple of 4096, 4 KiB..16 MiB";
+		return -EINVAL;
+	}
+	if (!memchr(h->model_id, 0, sizeof(h->model_id)) || !h->model_id[0]) {
+		*why = "model_id must be a non-empty NUL-terminated string";
+		return -EINVAL;
+	}
+	return kvd_geometry_check(&h->geom, d->pool.bytes, why);
+}
+
+static struct kvd_ns *ns_get(struct kvd *d, const struct kv_hello *h, int *err)
+{
+	struct kvd_ns *free_ns = NULL;
+	uint32_t i;
+
+	for (i = 0; i < d->cfg.max_namespaces; i++) {
+		if (kvd_ns_match(&d->ns[i], h->model_id, &h->geom))
+			return &d->ns[i];
+		if (!d->ns[i].live && !free_ns)
+			free_ns = &d->ns[i];
+	}
+	*err = -ENOSPC;
+	if (!free_ns)
+		return NULL;
+	*err = kvd_ns_init(free_ns, &d->pool, (uint32_t)(free_ns - d->ns),
+			   h->model_id, &h->geom);
+	if (*err)
+		return NULL;
+	d->nr_ns++;
+	kvd_info("namespace %u: model %s, %llu-byte blocks, %u-page slabs",
+		 free_ns->id, free_ns->model_id,
+		 (unsigned long long)free_ns->block_bytes, free_ns->slab_pages);
+	return free_ns;
+}
+
+static void hello(struct kvd *d, struct kvd_client *c, int len)
+{
+	const struct kv_hello *h = &c->rx.hello;
+	struct kv_welcome w = { 0 };
+	const char *why = NULL;
+	int fds[4], err;
+	char msg[KV_ERRMSG_MAX];
+
+	err = hello_check(d, h, len, &why);
+	if (err) {
+		if (err == -EPROTO && len == (int)sizeof(*h) &&
+		    h->magic == KV_MAGIC) {
+			snprintf(msg, sizeof(msg),
+				 "ABI version mismatch: client %u.%u, kvd %u.%u",
+				 h->abi_major, h->abi_minor, KV_ABI_MAJOR,
+				 KV_ABI_MINOR);
+			why = msg;
+		}
+		return refuse(d, c, err, why);
+	}
+	c->ns = ns_get(d, h, &err);
+	if (!c->ns)
+		return refuse(d, c, err, err == -ENOSPC ?
+			      "no namespace slot left" :
+			      "namespace creation failed");
+	c->ns->nr_clients++;
+	err = kvd_ring_setup(c, h->sq_entries, h->data_bytes);
+	if (err)
+		return refuse(d, c, err, "ring setup failed");
+	c->sq_evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	c->cq_evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (c->sq_evfd < 0 || c->cq_evfd < 0)
+		return refuse(d, c, -EMFILE, "eventfd failed");
+
+	w.client_id = c->id;
+	w.ns_id = c->ns->id;
+	w.backend = KV_BACKEND_HOST;
+	w.pool_bytes = d->pool.bytes;
+	w.page_bytes = KV_PAGE_BYTES;
+	w.block_bytes = c->ns->block_bytes;
+	w.slab_bytes = c->ns->slab_bytes;
+	w.max_blocks = c->ns->max_blocks;
+	w.features = KV_FEAT_NEED_WAKEUP;
+	w.ring = c->off;
+	fds[0] = c->ring_fd;
+	fds[1] = c->sq_evfd;
+	fds[2] = c->cq_evfd;
+	fds[3] = d->pool_fd;
+	send_welcome(c, &w, fds, 4);
+	c->state = KVD_CLIENT_LIVE;
+	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u", c->id,
+		 (int)c->pid, (unsigned)c->uid, c->ns->model_id, c->ns->id,
+		 c->sq_entries);
+	arm_doorbell(d, c);
+	arm_ctrl(d, c);
+}
+
+void kvd_client_ctrl_done(struct kvd *d, struct kvd_client *c, int res)
+{
+	if (c->state == KVD_CLIENT_DEAD)
+		return;
+	if (c->state == KVD_CLIENT_HELLO) {
+		if (res <= 0)
+			return kvd_client_kill(d, c, NULL);
+		return hello(d, c, (c->msg.msg_flags & MSG_TRUNC) ? -1 : res);
+	}
+	/* After WELCOME the client only closes; anything else is an error. */
+	kvd_client_kill(d, c, res > 0 ? "unexpected control message" : NULL);
+}
+
+void kvd_client_doorbell_done(struct kvd *d, struct kvd_client *c, int res)
+{
+	if (c->state != KVD_CLIENT_LIVE)
+		return;
+	if (res < 0 && res != -EAGAIN && res != -EINTR) {
+		kvd_client_kill(d, c, "doorbell read failed");
+		return;
+	}
+	arm_doorbell(d, c);
+}
+
+/* The last op naming the slot finished: close everything, free it. */
+static void client_free(struct kvd_client *c)
+{
+	kvd_ring_teardown(c);
+	if (c->sq_evfd >= 0)
+		close(c->sq_evfd);
+	if (c->cq_evfd >= 0)
+		close(c->cq_evfd);
+	c->sq_evfd = c->cq_evfd = -1;
+	c->state = KVD_CLIENT_FREE;
+}
+
+void kvd_client_put_op(struct kvd *d, struct kvd_client *c)
+{
+	(void)d;
+	if (--c->inflight == 0 && c->state == KVD_CLIENT_DEAD)
+		client_free(c);
+}
+
+/*
+ * kvd_client_kill - end a client: release every block it holds now, close
+ * its socket, and cancel its io_uring ops; the slot is freed once they
+ * have completed. Other clients are not touched.
+ */
+void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
+{
+	if (c->state == KVD_CLIENT_DEAD || c->state == KVD_CLIENT_FREE)
+		return;
+	if (why)
+		kvd_warn("client %u (pid %d): disconnected: %s", c->id,
+			 (int)c->pid, why);
+	else if (c->state == KVD_CLIENT_LIVE)
+		kvd_info("client %u (pid %d): gone, %u blocks released", c->id,
+			 (int)c->pid, c->holder.nr_blocks);
+	if (c->ns) {
+		kvd_ns_release_all(c->ns, &c->holder);
+		c->ns->nr_clients--;
+		c->ns = NULL;
+	}
+	if (c->state == KVD_CLIENT_LIVE)
+		cancel_op(d, c, KVD_EV_DOORBELL);
+	cancel_op(d, c, KVD_EV_CTRL);
+	shutdown(c->sock, SHUT_RDWR);
+	close(c->sock);
+	c->sock = -1;
+	c->state = KVD_CLIENT_DEAD;
+	d->nr_clients--;
+	if (c->inflight == 0)
+		client_free(c);
+}
+
+/* Periodic: drop clients that never said HELLO. */
+void kvd_clients_tick(struct kvd *d)
+{
+	uint64_t now = kvd_now_ns();
+
+	for (uint32_t i = 0; i < d->cfg.max_clients; i++) {
+		struct kvd_client *c = &d->clients[i];
+
+		if (c->state == KVD_CLIENT_HELLO &&
+		    now - c->t_accept_ns > d->cfg.hello_timeout_ms * 1000000ULL)
+			kvd_client_kill(d, c, "no HELLO in time");
+	}
+}

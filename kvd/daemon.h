@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The daemon's state: configuration, the event loop's io_uring, the pool,
+ * namespaces, client slots and admin connections. All arrays are sized at
+ * start-up from the configuration.
+ */
+#ifndef KVD_DAEMON_H
+#define KVD_DAEMON_H
+
+#include <liburing.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "kvd.h"
+#include "ns.h"
+#include "pool.h"
+
+struct kvd_config {
+	const char	*socket_path;
+	const char	*admin_path;
+	uint64_t	pool_bytes;
+	int		backend;	/* KV_BACKEND_HOST */
+	bool		hugepages;
+	uint32_t	max_clients;
+	uint32_t	max_namespaces;
+	uint32_t	sq_budget;	/* SQEs served per client per pass */
+	uint32_t	hello_timeout_ms;
+};
+
+enum kvd_client_state {
+	KVD_CLIENT_FREE = 0,
+	KVD_CLIENT_HELLO,	/* accepted, waiting for HELLO */
+	KVD_CLIENT_LIVE,	/* WELCOME sent, ring served */
+	KVD_CLIENT_DEAD,	/* torn down, waiting for its io_uring ops */
+};
+
+struct kvd_client {
+	uint32_t	slot;
+	uint32_t	gen;		/* bumped on reuse; stale CQEs ignored */
+	uint32_t	id;
+	int		state;
+	int		inflight;	/* io_uring ops naming this slot */
+	int		sock;
+	int		ring_fd;
+	int		sq_evfd;	/* doorbell: client -> kvd */
+	int		cq_evfd;	/* wake-up: kvd -> client */
+	pid_t		pid;
+	uid_t		uid;
+	gid_t		gid;
+	uint64_t	t_accept_ns;
+
+	/* ring mapping, daemon side */
+	void		*ring;
+	size_t		ring_bytes;
+	struct kv_ring_offsets off;
+	uint32_t	*sq_khead, *sq_ktail, *sq_kflags;
+	uint32_t	*cq_khead, *cq_ktail, *cq_kflags;
+	struct kv_sqe	*sqes;
+	struct kv_cqe	*cqes;
+	uint8_t		*data;
+	uint32_t	data_bytes;
+	uint32_t	sq_entries, cq_entries;
+	uint32_t	sq_head;	/* local copies of what kvd owns */
+	uint32_t	cq_tail;
+	bool		cq_stalled;	/* left SQEs for lack of CQ room */
+
+	struct kvd_ns	*ns;
+	struct kvd_holder holder;
+	uint64_t	ops;
+
+	/* buffers of the io_uring ops in flight */
+	uint64_t	evbuf;
+	struct msghdr	msg;
+	struct iovec	iov;
+	union {
+		struct kv_hello	hello;
+		uint8_t		raw[sizeof(struct kv_hello) + 8];
+	} rx;
+};
+
+#define KVD_MAX_ADMIN	8
+
+struct kvd_admin_conn {
+	int		fd;
+	uint32_t	gen;
+	uint64_t	t_accept_ns;
+	struct kv_admin_req req;
+	uint8_t		pad[64];	/* detects an oversized request */
+};
+
+struct kvd {
+	struct kvd_config cfg;
+	struct io_uring	ring;
+	struct kvd_pool	pool;
+	int		pool_fd;
+	int		listen_fd;
+	int		admin_fd;
+	int		signal_fd;
+	int		lock_fds[2];
+	bool		stop;
+	bool		socket_bound, admin_bound;
+	uint64_t	start_ns;
+	uint64_t	ops;
+
+	struct kvd_client *clients;	/* [cfg.max_clients] */
+	uint32_t	nr_clients;	/* HELLO or LIVE */
+	uint32_t	next_client_id;
+	struct kvd_ns	*ns;		/* [cfg.max_namespaces] */
+	uint32_t	nr_ns;
+	struct kvd_admin_conn adm[KVD_MAX_ADMIN];
+	uint32_t	*scratch;	/* private copy of id arrays */
+
+	uint8_t		sigbuf[128];	/* struct signalfd_siginfo */
+	struct __kernel_timespec tick;
+};
+
+/* user_data of the daemon's io_uring: type | slot | generation */
+enum kvd_ev {
+	KVD_EV_ACCEPT = 1,
+	KVD_EV_ADMIN_ACCEPT,
+	KVD_EV_SIGNAL,
+	KVD_EV_TICK,
+	KVD_EV_CTRL,
+	KVD_EV_DOORBELL,
+	KVD_EV_ADMIN_RECV,
+	KVD_EV_IGNORE,
+};
+
+static inline uint64_t kvd_ev_pack(int type, uint32_t slot, uint32_t gen)
+{
+	return (uint64_t)type << 56 | (uint64_t)(slot & 0xffffff) << 32 | gen;
+}
+
+/* loop.c */
+int kvd_loop_init(struct kvd *d);
+void kvd_loop_exit(struct kvd *d);
+int kvd_loop_run(struct kvd *d);
+struct io_uring_sqe *kvd_loop_sqe(struct kvd *d);
+
+/* client.c */
+void kvd_client_accept(struct kvd *d, int fd);
+void kvd_client_ctrl_done(struct kvd *d, struct kvd_client *c, int res);
+void kvd_client_doorbell_done(struct kvd *d, struct kvd_client *c, int res);
+void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why);
+void kvd_client_put_op(struct kvd *d, struct kvd_client *c);
+void kvd_clients_tick(struct kvd *d);
+
+/* ring.c */
+int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
+		   uint32_t data_bytes);
+void kvd_ring_teardown(struct kvd_client *c);
+int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget);
+bool kvd_ring_prepare_sleep(struct kvd_client *c);
+void kvd_ring_wake(struct kvd_client *c);
+
+/* opdef.c */
+int kvd_op_issue(struct kvd *d, struct kvd_client *c,
+		 const struct kv_sqe *sqe);
+
+/* admin.c */
+void kvd_admin_accept(struct kvd *d, int fd);
+void kvd_admin_recv_done(struct kvd *d, uint32_t slot, int res);
+void kvd_admin_tick(struct kvd *d);
+void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st);
+
+#endif /* KVD_DAEMON_H */

@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvd internals shared by the daemon's modules: logging, the daemon
+ * state, and small helpers. Nothing here is ABI.
+ */
+#ifndef KVD_KVD_H
+#define KVD_KVD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <linux/types.h>
+#include <kv/abi.h>
+
+#define KVD_NIL			UINT32_MAX	/* "no index" in u32 links */
+
+#define ARRAY_SIZE(a)		(sizeof(a) / sizeof((a)[0]))
+#define likely(x)		__builtin_expect(!!(x), 1)
+#define unlikely(x)		__builtin_expect(!!(x), 0)
+#define __cold			__attribute__((cold))
+#define __printf(a, b)		__attribute__((format(printf, a, b)))
+
+enum { KVD_LOG_ERR, KVD_LOG_WARN, KVD_LOG_INFO, KVD_LOG_DEBUG };
+extern int kvd_log_level;
+void kvd_log(int level, const char *fmt, ...) __printf(2, 3) __cold;
+#define kvd_err(...)	kvd_log(KVD_LOG_ERR, __VA_ARGS__)
+#define kvd_warn(...)	kvd_log(KVD_LOG_WARN, __VA_ARGS__)
+#define kvd_info(...)	kvd_log(KVD_LOG_INFO, __VA_ARGS__)
+#define kvd_dbg(...)	do { if (kvd_log_level >= KVD_LOG_DEBUG) \
+				kvd_log(KVD_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* Broken invariant: say so once, never abort on what a client can cause. */
+#define kvd_warn_on_once(cond) ({					\
+	static bool __warned;						\
+	bool __c = !!(cond);						\
+	if (unlikely(__c) && !__warned) {				\
+		__warned = true;					\
+		kvd_err("invariant broken at %s:%d: %s",		\
+			__FILE__, __LINE__, #cond);			\
+	}								\
+	__c;								\
+})
+
+static inline uint64_t kvd_gcd(uint64_t a, uint64_t b)
+{
+	while (b) {
+		uint64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+static inline bool kvd_is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+uint64_t kvd_now_ns(void);
+
+#endif /* KVD_KVD_H */

@@ -1,0 +1,446 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvd: options, the pool's backend, sockets, single-instance lock,
+ * signals, then the event loop until SIGTERM/SIGINT.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <linux/memfd.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+
+#ifndef KV_VERSION
+#define KV_VERSION "0.0"
+#endif
+
+int kvd_log_level = KVD_LOG_INFO;
+
+void kvd_log(int level, const char *fmt, ...)
+{
+	static const char *const names[] = { "error", "warning", "info",
+					     "debug" };
+	va_list ap;
+
+	if (level > kvd_log_level)
+		return;
+	fprintf(stderr, "kvd[%d]: %s: ", (int)getpid(), names[level]);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+uint64_t kvd_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: kvd [options]\n"
+"  -b, --backend B        host, cuda or auto (default auto: host without a GPU)\n"
+"  -p, --pool-size SIZE   pool bytes, with K, M, G or T (default 1G);\n"
+"                         rounded down to 2 MiB pages\n"
+"  -s, --socket PATH      client socket (default $KVD_SOCKET, else\n"
+"                         /run/kvd/kvd.sock as root, $XDG_RUNTIME_DIR/kvd.sock)\n"
+"  -a, --admin-socket P   admin socket (default kvd-admin.sock beside it)\n"
+"      --max-clients N    client slots (default 256)\n"
+"      --max-namespaces N namespace slots (default 64)\n"
+"      --hugepages        back the host pool with 2 MiB huge pages\n"
+"  -v, --verbose          debug logging\n"
+"  -q, --quiet            errors and warnings only\n"
+"  -V, --version\n"
+"  -h, --help\n");
+}
+
+/* "64M" -> bytes. Returns -1 on a malformed or overflowing size. */
+static int64_t parse_size(const char *s)
+{
+	char *end;
+	unsigned long long v;
+	int shift = 0;
+
+	errno = 0;
+	if (*s == '-')
+		return -1;
+	v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if ((*end == 'b' || *end == 'B') && end[1] == 0)
+		end++;
+	if (*end || v > (unsigned long long)(INT64_MAX >> shift))
+		return -1;
+	return (int64_t)(v << shift);
+}
+
+static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < min || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
+static char *default_path(const char *env, const char *name)
+{
+	const char *e = getenv(env), *xdg;
+	char *p;
+
+	if (e && *e)
+		return strdup(e);
+	if (geteuid() == 0) {
+		mkdir("/run/kvd", 0755);
+		return asprintf(&p, "/run/kvd/%s", name) < 0 ? NULL : p;
+	}
+	xdg = getenv("XDG_RUNTIME_DIR");
+	if (!xdg || !*xdg)
+		return NULL;
+	return asprintf(&p, "%s/%s", xdg, name) < 0 ? NULL : p;
+}
+
+static char *admin_beside(const char *sock)
+{
+	const char *slash = strrchr(sock, '/');
+	int dir = slash ? (int)(slash - sock + 1) : 0;
+	char *p;
+
+	return asprintf(&p, "%.*skvd-admin.sock", dir, sock) < 0 ? NULL : p;
+}
+
+static int parse_args(struct kvd_config *cfg, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "backend", required_argument, NULL, 'b' },
+		{ "pool-size", required_argument, NULL, 'p' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "admin-socket", required_argument, NULL, 'a' },
+		{ "max-clients", required_argument, NULL, 'C' },
+		{ "max-namespaces", required_argument, NULL, 'N' },
+		{ "hugepages", no_argument, NULL, 'H' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "version", no_argument, NULL, 'V' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	int64_t sz;
+	int o;
+
+	while ((o = getopt_long(argc, argv, "b:p:s:a:vqVh", opts, NULL)) != -1) {
+		switch (o) {
+		case 'b':
+			if (!strcmp(optarg, "host") || !strcmp(optarg, "auto")) {
+				cfg->backend = KV_BACKEND_HOST;
+			} else if (!strcmp(optarg, "cuda")) {
+				fprintf(stderr, "kvd: --backend cuda: this build has no CUDA backend; use --backend host\n");
+				return -1;
+			} else {
+				fprintf(stderr, "kvd: --backend: unknown backend '%s' (host, cuda or auto)\n", optarg);
+				return -1;
+			}
+			break;
+		case 'p':
+			sz = parse_size(optarg);
+			if (sz < (int64_t)KV_PAGE_BYTES) {
+				fprintf(stderr, "kvd: --pool-size: '%s' is not a size of at least 2M (digits with K, M, G or T)\n", optarg);
+				return -1;
+			}
+			cfg->pool_bytes = (uint64_t)sz;
+			break;
+		case 's':
+			cfg->socket_path = optarg;
+			break;
+		case 'a':
+			cfg->admin_path = optarg;
+			break;
+		case 'C':
+			if (parse_u32(optarg, 1, 1U << 20, &cfg->max_clients)) {
+				fprintf(stderr, "kvd: --max-clients: '%s' is not a number in 1..1048576\n", optarg);
+				return -1;
+			}
+			break;
+		case 'N':
+			if (parse_u32(optarg, 1, 4096, &cfg->max_namespaces)) {
+				fprintf(stderr, "kvd: --max-namespaces: '%s' is not a number in 1..4096\n", optarg);
+				return -1;
+			}
+			break;
+		case 'H':
+			cfg->hugepages = true;
+			break;
+		case 'v':
+			kvd_log_level = KVD_LOG_DEBUG;
+			break;
+		case 'q':
+			kvd_log_level = KVD_LOG_WARN;
+			break;
+		case 'V':
+			printf("kvd %s (ABI %u.%u)\n", KV_VERSION, KV_ABI_MAJOR,
+			       KV_ABI_MINOR);
+			exit(0);
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			usage(stderr);
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	return 0;
+}
+
+/* The host backend: the pool is one sealed memfd, passed to every client. */
+static int host_pool_create(const struct kvd_config *cfg, uint64_t bytes)
+{
+	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+	int fd;
+
+	if (cfg->hugepages)
+		flags |= MFD_HUGETLB | MFD_HUGE_2MB;
+	fd = memfd_create("kvd-pool", flags);
+	if (fd < 0) {
+		kvd_err("memfd_create(pool%s): %m", cfg->hugepages ?
+			", huge pages" : "");
+		return -1;
+	}
+	if (ftruncate(fd, (off_t)bytes)) {
+		kvd_err("cannot size the pool to %llu bytes: %m%s",
+			(unsigned long long)bytes, cfg->hugepages ?
+			" (are enough huge pages reserved in /proc/sys/vm/nr_hugepages?)" : "");
+		close(fd);
+		return -1;
+	}
+	/* Clients must not resize the pool under the daemon or each other. */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
+		kvd_warn("cannot seal the pool memfd: %m");
+	return fd;
+}
+
+/* Refuse to run twice on one path: flock() a lock file beside it. */
+static int lock_path(const char *path)
+{
+	char *lock;
+	int fd;
+
+	if (asprintf(&lock, "%s.lock", path) < 0)
+		return -1;
+	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		kvd_err("cannot open %s: %m", lock);
+		free(lock);
+		return -1;
+	}
+	if (flock(fd, LOCK_EX | LOCK_NB)) {
+		if (errno == EWOULDBLOCK)
+			kvd_err("another kvd is already running on %s (%s is locked)",
+				path, lock);
+		else
+			kvd_err("flock %s: %m", lock);
+		close(fd);
+		fd = -1;
+	}
+	free(lock);
+	return fd;
+}
+
+static int listen_on(const char *path, mode_t mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		kvd_err("socket path too long (max %zu bytes): %s",
+			sizeof(sa.sun_path) - 1, path);
+		return -1;
+	}
+	strcpy(sa.sun_path, path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		kvd_err("socket: %m");
+		return -1;
+	}
+	/* We hold the lock: a socket file left here is stale. */
+	unlink(path);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    chmod(path, mode) || listen(fd, 128)) {
+		kvd_err("cannot listen on %s: %m", path);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int signals_setup(void)
+{
+	sigset_t set;
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &set, NULL))
+		return -1;
+	return signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+}
+
+static int books_init(struct kvd *d)
+{
+	uint32_t nr_pages = (uint32_t)(d->cfg.pool_bytes / KV_PAGE_BYTES);
+
+	if (kvd_pool_init(&d->pool, nr_pages))
+		return -1;
+	d->clients = calloc(d->cfg.max_clients, sizeof(*d->clients));
+	d->ns = calloc(d->cfg.max_namespaces, sizeof(*d->ns));
+	d->scratch = malloc(KV_MAX_DATA_BYTES);
+	if (!d->clients || !d->ns || !d->scratch)
+		return -1;
+	for (uint32_t i = 0; i < d->cfg.max_clients; i++) {
+		d->clients[i].slot = i;
+		d->clients[i].sock = -1;
+		d->clients[i].ring_fd = -1;
+		d->clients[i].sq_evfd = d->clients[i].cq_evfd = -1;
+	}
+	for (int i = 0; i < KVD_MAX_ADMIN; i++)
+		d->adm[i].fd = -1;
+	return 0;
+}
+
+static void shutdown_all(struct kvd *d)
+{
+	for (uint32_t i = 0; d->clients && i < d->cfg.max_clients; i++)
+		kvd_client_kill(d, &d->clients[i], NULL);
+	for (int i = 0; i < KVD_MAX_ADMIN; i++)
+		if (d->adm[i].fd >= 0)
+			close(d->adm[i].fd);
+	kvd_loop_exit(d);
+	for (uint32_t i = 0; d->clients && i < d->cfg.max_clients; i++) {
+		d->clients[i].inflight = 1;
+		kvd_client_put_op(d, &d->clients[i]);
+	}
+	for (uint32_t i = 0; d->ns && i < d->cfg.max_namespaces; i++)
+		if (d->ns[i].live)
+			kvd_ns_exit(&d->ns[i]);
+}
+
+int main(int argc, char **argv)
+{
+	static struct kvd kvd;
+	struct kvd *d = &kvd;
+	char *sock_path = NULL, *admin_path = NULL;
+	int ret = 1;
+
+	d->cfg.pool_bytes = 1ULL << 30;
+	d->cfg.backend = KV_BACKEND_HOST;
+	d->cfg.max_clients = 256;
+	d->cfg.max_namespaces = 64;
+	d->cfg.sq_budget = 64;
+	d->cfg.hello_timeout_ms = 5000;
+	d->pool_fd = d->listen_fd = d->admin_fd = d->signal_fd = -1;
+	d->lock_fds[0] = d->lock_fds[1] = -1;
+	if (parse_args(&d->cfg, argc, argv))
+		return 2;
+
+	sock_path = d->cfg.socket_path ? strdup(d->cfg.socket_path) :
+		    default_path("KVD_SOCKET", "kvd.sock");
+	if (!sock_path) {
+		kvd_err("no socket path: pass --socket or set XDG_RUNTIME_DIR");
+		return 2;
+	}
+	admin_path = d->cfg.admin_path ? strdup(d->cfg.admin_path) :
+		     getenv("KVD_ADMIN_SOCKET") && !d->cfg.socket_path ?
+		     strdup(getenv("KVD_ADMIN_SOCKET")) : admin_beside(sock_path);
+	if (!admin_path || !strcmp(admin_path, sock_path)) {
+		kvd_err("the admin socket must differ from the client socket");
+		goto out;
+	}
+	if (d->cfg.pool_bytes % KV_PAGE_BYTES)
+		kvd_info("pool size rounded down to a multiple of 2 MiB");
+	d->cfg.pool_bytes -= d->cfg.pool_bytes % KV_PAGE_BYTES;
+	if (d->cfg.pool_bytes / KV_PAGE_BYTES > UINT32_MAX) {
+		kvd_err("pool too large");
+		goto out;
+	}
+
+	d->lock_fds[0] = lock_path(sock_path);
+	if (d->lock_fds[0] < 0)
+		goto out;
+	d->lock_fds[1] = lock_path(admin_path);
+	if (d->lock_fds[1] < 0)
+		goto out;
+	if (books_init(d)) {
+		kvd_err("out of memory sizing the books");
+		goto out;
+	}
+	d->pool_fd = host_pool_create(&d->cfg, d->cfg.pool_bytes);
+	if (d->pool_fd < 0)
+		goto out;
+	d->signal_fd = signals_setup();
+	if (d->signal_fd < 0) {
+		kvd_err("signalfd: %m");
+		goto out;
+	}
+	d->listen_fd = listen_on(sock_path, 0666);
+	if (d->listen_fd < 0)
+		goto out;
+	d->socket_bound = true;
+	d->admin_fd = listen_on(admin_path, 0660);
+	if (d->admin_fd < 0)
+		goto out;
+	d->admin_bound = true;
+	ret = kvd_loop_init(d);
+	if (ret) {
+		kvd_err("io_uring set-up failed: %s", strerror(-ret));
+		ret = 1;
+		goto out;
+	}
+	d->start_ns = kvd_now_ns();
+	kvd_info("kvd %s: host pool of %llu MiB (%u pages), socket %s, admin %s",
+		 KV_VERSION, (unsigned long long)(d->cfg.pool_bytes >> 20),
+		 d->pool.nr_pages, sock_path, admin_path);
+	ret = kvd_loop_run(d) ? 1 : 0;
+	shutdown_all(d);
+	kvd_info("stopped");
+out:
+	if (d->socket_bound)
+		unlink(sock_path);
+	if (d->admin_bound)
+		unlink(admin_path);
+	free(sock_path);
+	free(admin_path);
+	return ret;
+}

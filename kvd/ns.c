@@ -1,0 +1,489 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Namespaces, slabs, blocks and holds.
+ *
+ * A namespace owns the slabs of one geometry. A slab is a run of pages
+ * whose start and length are multiples of lcm(page, block_bytes), so a
+ * block id is a plain index (offset / block_bytes) and slabs have no tail
+ * waste (DESIGN.md). Where that lcm is huge (odd block sizes) a slab is a
+ * run of plain pages long enough that the partial blocks at its two ends
+ * waste under 2% (see ns_slab_geometry()).
+ *
+ * Blocks are carved lazily: a new slab hands out first_block + nr_carved
+ * until all were seen, then its free list; so creating a slab is O(1).
+ * A slab whose blocks are all free goes back to the page pool at once.
+ *
+ * Holds record which client holds how many refs on which block. A block's
+ * ref count is the sum of its holds' counts; a client can only release or
+ * ref blocks it holds, and all its holds are dropped when it dies.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ns.h"
+
+#define KVD_SLAB_MAX_LCM_PAGES	64	/* beyond: plain-page slabs */
+#define KVD_SLAB_WASTE_PCT	2
+
+int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
+		       const char **why)
+{
+	uint64_t bb;
+
+	if (!g->layers || !g->kv_heads || !g->head_dim || !g->block_tokens) {
+		*why = "geometry counts must be >= 1";
+		return -EINVAL;
+	}
+	if (g->layers > 1024 || g->kv_heads > 1024 || g->head_dim > 1024 ||
+	    g->block_tokens > 1024) {
+		*why = "geometry count above 1024";
+		return -EINVAL;
+	}
+	if (!kv_dtype_bytes(g->dtype)) {
+		*why = "unknown KV dtype";
+		return -EINVAL;
+	}
+	if (g->quant || g->resv[0] || g->resv[1]) {
+		*why = "quantization scheme or reserved geometry field not zero";
+		return -EINVAL;
+	}
+	bb = kv_geometry_block_bytes(g);
+	if (bb % 256 || bb > (1ULL << 30)) {
+		*why = "block bytes must be a multiple of 256 and at most 1 GiB";
+		return -EINVAL;
+	}
+	if (bb > pool_bytes / 2) {
+		*why = "block larger than half the pool";
+		return -E2BIG;
+	}
+	return 0;
+}
+
+bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
+		  const struct kv_geometry *g)
+{
+	return ns->live && !strcmp(ns->model_id, model_id) &&
+	       !memcmp(&ns->geom, g, sizeof(*g));
+}
+
+static void ns_slab_geometry(struct kvd_ns *ns)
+{
+	uint64_t bb = ns->block_bytes;
+	uint64_t lcm = KV_PAGE_BYTES / kvd_gcd(KV_PAGE_BYTES, bb) * bb;
+
+	if (lcm / KV_PAGE_BYTES <= KVD_SLAB_MAX_LCM_PAGES) {
+		ns->slab_pages = lcm / KV_PAGE_BYTES;
+		ns->slab_align = ns->slab_pages;
+		return;
+	}
+	/* Head and tail waste < 2 blocks: make that under 2% of the run. */
+	ns->slab_pages = (100 / KVD_SLAB_WASTE_PCT * bb + KV_PAGE_BYTES - 1) /
+			 KV_PAGE_BYTES;
+	ns->slab_align = 1;
+}
+
+static int holds_init(struct kvd_holds *hs, uint32_t cap)
+{
+	uint32_t nb = 1;
+
+	while (nb < cap)
+		nb <<= 1;
+	hs->nodes = calloc(cap, sizeof(*hs->nodes));
+	hs->buckets = malloc(nb * sizeof(*hs->buckets));
+	if (!hs->nodes || !hs->buckets)
+		return -ENOMEM;
+	memset(hs->buckets, 0xff, nb * sizeof(*hs->buckets));
+	hs->mask = nb - 1;
+	hs->cap = cap;
+	hs->nr = 0;
+	for (uint32_t i = 0; i < cap; i++)
+		hs->nodes[i].hnext = i + 1 < cap ? i + 1 : KVD_NIL;
+	hs->free_head = 0;
+	return 0;
+}
+
+int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
+		const char *model_id, const struct kv_geometry *g)
+{
+	int ret;
+
+	memset(ns, 0, sizeof(*ns));
+	ns->id = id;
+	ns->pool = pool;
+	ns->geom = *g;
+	snprintf(ns->model_id, sizeof(ns->model_id), "%s", model_id);
+	ns->block_bytes = kv_geometry_block_bytes(g);
+	ns->max_blocks = pool->bytes / ns->block_bytes;
+	ns_slab_geometry(ns);
+	ns->slab_bytes = (uint64_t)ns->slab_pages * KV_PAGE_BYTES;
+	if (ns->slab_pages > pool->nr_pages)
+		return -E2BIG;
+	ns->max_slabs = pool->nr_pages / ns->slab_pages;
+	ns->blocks = calloc(ns->max_blocks, sizeof(*ns->blocks));
+	ns->slabs = calloc(ns->max_slabs, sizeof(*ns->slabs));
+	ret = -ENOMEM;
+	if (!ns->blocks || !ns->slabs)
+		goto err_free;
+	/* Each block has one holder mostly; shared ones more (fork, REF). */
+	ret = holds_init(&ns->holds, 2 * ns->max_blocks + 1024);
+	if (ret)
+		goto err_free;
+	for (uint32_t i = 0; i < ns->max_slabs; i++)
+		ns->slabs[i].next = i + 1 < ns->max_slabs ? i + 1 : KVD_NIL;
+	ns->free_slab = 0;
+	ns->partial = KVD_NIL;
+	ns->live = true;
+	return 0;
+
+err_free:
+	kvd_ns_exit(ns);
+	return ret;
+}
+
+void kvd_ns_exit(struct kvd_ns *ns)
+{
+	for (uint32_t i = 0; ns->slabs && i < ns->max_slabs; i++)
+		if (ns->slabs[i].live)
+			kvd_pool_free_run(ns->pool, ns->slabs[i].first_page,
+					  ns->slab_pages);
+	free(ns->blocks);
+	free(ns->slabs);
+	free(ns->holds.nodes);
+	free(ns->holds.buckets);
+	memset(ns, 0, sizeof(*ns));
+}
+
+/* ---- slabs ---- */
+
+static void partial_add(struct kvd_ns *ns, uint32_t s)
+{
+	struct kvd_slab *slab = &ns->slabs[s];
+
+	slab->prev = KVD_NIL;
+	slab->next = ns->partial;
+	if (ns->partial != KVD_NIL)
+		ns->slabs[ns->partial].prev = s;
+	ns->partial = s;
+}
+
+static void partial_del(struct kvd_ns *ns, uint32_t s)
+{
+	struct kvd_slab *slab = &ns->slabs[s];
+
+	if (slab->prev != KVD_NIL)
+		ns->slabs[slab->prev].next = slab->next;
+	else
+		ns->partial = slab->next;
+	if (slab->next != KVD_NIL)
+		ns->slabs[slab->next].prev = slab->prev;
+}
+
+static int slab_new(struct kvd_ns *ns)
+{
+	uint64_t start, end;
+	struct kvd_slab *slab;
+	int64_t page;
+	uint32_t s;
+
+	if (ns->free_slab == KVD_NIL)
+		return -ENOSPC;
+	page = kvd_pool_alloc_run(ns->pool, ns->slab_pages, ns->slab_align);
+	if (page < 0)
+		return (int)page;
+	s = ns->free_slab;
+	slab = &ns->slabs[s];
+	ns->free_slab = slab->next;
+
+	start = (uint64_t)page * KV_PAGE_BYTES;
+	end = start + ns->slab_bytes;
+	slab->first_page = (uint32_t)page;
+	slab->first_block = (start + ns->block_bytes - 1) / ns->block_bytes;
+	slab->nr_blocks = end / ns->block_bytes - slab->first_block;
+	slab->nr_free = slab->nr_blocks;
+	slab->nr_carved = 0;
+	slab->free_head = KVD_NIL;
+	slab->live = true;
+	ns->nr_slabs++;
+	ns->nr_blocks += slab->nr_blocks;
+	partial_add(ns, s);
+	return (int)s;
+}
+
+/* Give a wholly free slab's pages back to the pool. */
+static void slab_put(struct kvd_ns *ns, uint32_t s)
+{
+	struct kvd_slab *slab = &ns->slabs[s];
+
+	for (uint32_t i = 0; i < slab->nr_carved; i++)
+		ns->blocks[slab->first_block + i].state = KVD_BLOCK_NONE;
+	partial_del(ns, s);
+	kvd_pool_free_run(ns->pool, slab->first_page, ns->slab_pages);
+	ns->nr_slabs--;
+	ns->nr_blocks -= slab->nr_blocks;
+	slab->live = false;
+	slab->next = ns->free_slab;
+	ns->free_slab = s;
+}
+
+static int block_alloc(struct kvd_ns *ns, uint32_t *id)
+{
+	struct kvd_slab *slab;
+	struct kvd_block *b;
+	uint32_t s = ns->partial;
+	int ret;
+
+	if (s == KVD_NIL) {
+		ret = slab_new(ns);
+		if (ret < 0)
+			return ret;
+		s = (uint32_t)ret;
+	}
+	slab = &ns->slabs[s];
+	if (slab->free_head != KVD_NIL) {
+		*id = slab->free_head;
+		slab->free_head = ns->blocks[*id].next_free;
+	} else {
+		*id = slab->first_block + slab->nr_carved++;
+	}
+	if (--slab->nr_free == 0)
+		partial_del(ns, s);
+	b = &ns->blocks[*id];
+	b->ref = 1;
+	b->slab = s;
+	b->state = KVD_BLOCK_HELD;
+	ns->blocks_used++;
+	return 0;
+}
+
+/* Last ref gone: back on its slab's free list. */
+static void block_free(struct kvd_ns *ns, uint32_t id)
+{
+	struct kvd_block *b = &ns->blocks[id];
+	struct kvd_slab *slab = &ns->slabs[b->slab];
+
+	b->state = KVD_BLOCK_FREE;
+	b->next_free = slab->free_head;
+	slab->free_head = id;
+	ns->blocks_used--;
+	if (slab->nr_free++ == 0)
+		partial_add(ns, b->slab);
+	if (slab->nr_free == slab->nr_blocks)
+		slab_put(ns, b->slab);
+}
+
+/* ---- holds ---- */
+
+static inline uint32_t hold_hash(const struct kvd_holds *hs, uint32_t client,
+				 uint32_t block)
+{
+	uint64_t k = ((uint64_t)client << 32 | block) * 0x9e3779b97f4a7c15ULL;
+
+	return (uint32_t)(k >> 32) & hs->mask;
+}
+
+static uint32_t hold_find(const struct kvd_holds *hs, uint32_t client,
+			  uint32_t block)
+{
+	uint32_t i = hs->buckets[hold_hash(hs, client, block)];
+
+	while (i != KVD_NIL) {
+		const struct kvd_hold *h = &hs->nodes[i];
+
+		if (h->block == block && h->client == client)
+			return i;
+		i = h->hnext;
+	}
+	return KVD_NIL;
+}
+
+uint32_t kvd_ns_hold_count(const struct kvd_ns *ns, uint32_t client,
+			   uint32_t block)
+{
+	uint32_t i = hold_find(&ns->holds, client, block);
+
+	return i == KVD_NIL ? 0 : ns->holds.nodes[i].count;
+}
+
+static void hold_add(struct kvd_holds *hs, struct kvd_holder *hr,
+		     uint32_t block)
+{
+	uint32_t i = hs->free_head, b = hold_hash(hs, hr->slot, block);
+	struct kvd_hold *h = &hs->nodes[i];
+
+	hs->free_head = h->hnext;
+	hs->nr++;
+	h->block = block;
+	h->client = hr->slot;
+	h->count = 1;
+	h->hnext = hs->buckets[b];
+	hs->buckets[b] = i;
+	h->cprev = KVD_NIL;
+	h->cnext = hr->head;
+	if (hr->head != KVD_NIL)
+		hs->nodes[hr->head].cprev = i;
+	hr->head = i;
+	hr->nr_blocks++;
+	hr->nr_refs++;
+}
+
+static void hold_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
+{
+	struct kvd_hold *h = &hs->nodes[i];
+	uint32_t *pp = &hs->buckets[hold_hash(hs, h->client, h->block)];
+
+	while (*pp != i)
+		pp = &hs->nodes[*pp].hnext;
+	*pp = h->hnext;
+	if (h->cprev != KVD_NIL)
+		hs->nodes[h->cprev].cnext = h->cnext;
+	else
+		hr->head = h->cnext;
+	if (h->cnext != KVD_NIL)
+		hs->nodes[h->cnext].cprev = h->cprev;
+	h->hnext = hs->free_head;
+	hs->free_head = i;
+	hs->nr--;
+	hr->nr_blocks--;
+}
+
+void kvd_holder_init(struct kvd_holder *h, uint32_t slot)
+{
+	h->slot = slot;
+	h->head = KVD_NIL;
+	h->nr_blocks = 0;
+	h->nr_refs = 0;
+}
+
+/* ---- operations ---- */
+
+static void put_block(struct kvd_ns *ns, uint32_t id)
+{
+	if (--ns->blocks[id].ref == 0)
+		block_free(ns, id);
+}
+
+/*
+ * kvd_ns_alloc - @nr new blocks, each with one ref held by @hr; ids
+ * written to @ids. All or nothing: -ENOSPC leaves the books unchanged,
+ * -ENOMEM when the hold table is full, -E2BIG when nr exceeds max_blocks.
+ */
+int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
+		 uint32_t nr)
+{
+	uint32_t i, id;
+	int ret;
+
+	if (!nr)
+		return -EINVAL;
+	if (nr > ns->max_blocks)
+		return -E2BIG;
+	if (ns->holds.cap - ns->holds.nr < nr)
+		return -ENOMEM;
+	for (i = 0; i < nr; i++) {
+		ret = block_alloc(ns, &id);
+		if (ret)
+			goto err_unwind;
+		hold_add(&ns->holds, hr, id);
+		ids[i] = id;
+	}
+	return (int)nr;
+
+err_unwind:
+	while (i--) {
+		hold_del(&ns->holds, hr, hold_find(&ns->holds, hr->slot,
+						   ids[i]));
+		hr->nr_refs--;
+		put_block(ns, ids[i]);
+	}
+	return ret;
+}
+
+/*
+ * kvd_ns_release - drop one ref per entry of @ids (a private copy: the
+ * caller copied it out of shared memory). An id may appear as often as
+ * the client holds it. All or nothing: -EINVAL for an id outside the
+ * namespace, -EPERM for one the client does not hold (often enough).
+ * Pass 1 takes the counts down and undoes on error; pass 2 frees.
+ */
+int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *hr,
+		   const uint32_t *ids, uint32_t nr)
+{
+	struct kvd_holds *hs = &ns->holds;
+	uint32_t i, h;
+	int ret;
+
+	if (!nr)
+		return -EINVAL;
+	for (i = 0; i < nr; i++) {
+		ret = -EINVAL;
+		if (ids[i] >= ns->max_blocks)
+			goto err_undo;
+		ret = -EPERM;
+		h = hold_find(hs, hr->slot, ids[i]);
+		if (h == KVD_NIL || hs->nodes[h].count == 0)
+			goto err_undo;
+		hs->nodes[h].count--;
+	}
+	for (i = 0; i < nr; i++) {
+		h = hold_find(hs, hr->slot, ids[i]);
+		if (h != KVD_NIL && hs->nodes[h].count == 0)
+			hold_del(hs, hr, h);
+		hr->nr_refs--;
+		put_block(ns, ids[i]);
+	}
+	return (int)nr;
+
+err_undo:
+	while (i--)
+		hs->nodes[hold_find(hs, hr->slot, ids[i])].count++;
+	return ret;
+}
+
+/*
+ * kvd_ns_ref - take one more ref on each held block (fork). The caller
+ * must hold every id: -EINVAL outside the namespace, -EPERM not held,
+ * -EOVERFLOW at 2^32 - 1 refs. All or nothing.
+ */
+int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *hr, const uint32_t *ids,
+	       uint32_t nr)
+{
+	struct kvd_holds *hs = &ns->holds;
+	uint32_t i, h;
+
+	if (!nr)
+		return -EINVAL;
+	for (i = 0; i < nr; i++) {
+		if (ids[i] >= ns->max_blocks)
+			return -EINVAL;
+		h = hold_find(hs, hr->slot, ids[i]);
+		if (h == KVD_NIL)
+			return -EPERM;
+		if (ns->blocks[ids[i]].ref > UINT32_MAX - nr)
+			return -EOVERFLOW;
+	}
+	for (i = 0; i < nr; i++) {
+		hs->nodes[hold_find(hs, hr->slot, ids[i])].count++;
+		ns->blocks[ids[i]].ref++;
+		hr->nr_refs++;
+	}
+	return (int)nr;
+}
+
+/* Client gone: drop every ref it held, freeing what nobody else holds. */
+void kvd_ns_release_all(struct kvd_ns *ns, struct kvd_holder *hr)
+{
+	struct kvd_holds *hs = &ns->holds;
+
+	while (hr->head != KVD_NIL) {
+		uint32_t i = hr->head;
+		uint32_t block = hs->nodes[i].block;
+		uint32_t count = hs->nodes[i].count;
+
+		hold_del(hs, hr, i);
+		hr->nr_refs -= count;
+		kvd_warn_on_once(ns->blocks[block].ref < count);
+		ns->blocks[block].ref -= count - 1;
+		put_block(ns, block);
+	}
+}

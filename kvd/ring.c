@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The daemon's side of each client's request ring.
+ *
+ * Ordering contract (the library's side is in libkvclient/queue.c):
+ *
+ * SQ: the client writes SQEs, then stores sq_tail with release (C1).
+ *     kvd loads sq_tail with acquire (D1, pairs with C1), copies each SQE
+ *     out of shared memory once, and stores sq_head with release (D2)
+ *     after the copy; the client loads sq_head with acquire (C2, pairs
+ *     with D2) before it reuses a slot.
+ * CQ: kvd writes CQEs, then stores cq_tail with release (D3); the client
+ *     loads it with acquire (C3, pairs with D3), reads the CQEs and stores
+ *     cq_head with release (C4); kvd loads cq_head with acquire (D4, pairs
+ *     with C4) before it overwrites a CQE.
+ * Wake-ups (Dekker): a side about to sleep sets its NEED_WAKEUP flag, then
+ *     a full barrier, then looks at the ring once more; the other side
+ *     publishes its index, a full barrier, then reads the flag and writes
+ *     the eventfd only if it is set. Of the two stores at least one is seen
+ *     by the other side's load, so no wake-up is lost:
+ *       kvd sleeping:   D5 set KV_SQ_NEED_WAKEUP; mb; load sq_tail
+ *       client submit:  C1 store sq_tail;  mb; load sq_flags  (C5)
+ *       client waiting: C6 set KV_CQ_NEED_WAKEUP; mb; load cq_tail
+ *       kvd completing: D3 store cq_tail;  mb; load cq_flags  (D6)
+ *     KV_SQ_CQ_FULL works the same way for a CQ with no room: kvd sets it,
+ *     mb, re-reads cq_head (D7); the client stores cq_head, mb, reads it
+ *     (C7) and rings the doorbell.
+ *
+ * Everything read from the ring is untrusted: indices are checked against
+ * the ring size, SQEs are copied before they are looked at, and a client
+ * whose indices make no sense is disconnected, never trusted.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <kv/barrier.h>
+
+#include "daemon.h"
+
+#define KVD_RING_HDR_BYTES	512	/* six indices, one cache line each */
+
+int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
+		   uint32_t data_bytes)
+{
+	struct kv_ring_offsets *o = &c->off;
+	uint32_t cq_entries = 2 * sq_entries;
+	size_t bytes;
+	int ret;
+
+	memset(o, 0, sizeof(*o));
+	o->sq_head = 0;
+	o->sq_tail = 64;
+	o->sq_flags = 128;
+	o->cq_head = 192;
+	o->cq_tail = 256;
+	o->cq_flags = 320;
+	o->sq_entries = sq_entries;
+	o->cq_entries = cq_entries;
+	o->sqes = KVD_RING_HDR_BYTES;
+	o->cqes = o->sqes + sq_entries * sizeof(struct kv_sqe);
+	o->data = (o->cqes + cq_entries * sizeof(struct kv_cqe) + 4095) &
+		  ~4095U;
+	o->data_bytes = data_bytes;
+	bytes = (size_t)o->data + data_bytes;
+	o->ring_bytes = (uint32_t)bytes;
+
+	c->ring_fd = memfd_create("kvd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (c->ring_fd < 0)
+		return -errno;
+	ret = -errno;
+	if (ftruncate(c->ring_fd, (off_t)bytes))
+		goto err_close;
+	/* A client must not shrink the ring under kvd (SIGBUS). */
+	if (fcntl(c->ring_fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW |
+		  F_SEAL_SEAL))
+		goto err_close;
+	c->ring = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       c->ring_fd, 0);
+	if (c->ring == MAP_FAILED) {
+		c->ring = NULL;
+		goto err_close;
+	}
+	c->ring_bytes = bytes;
+	c->sq_khead = (uint32_t *)((char *)c->ring + o->sq_head);
+	c->sq_ktail = (uint32_t *)((char *)c->ring + o->sq_tail);
+	c->sq_kflags = (uint32_t *)((char *)c->ring + o->sq_flags);
+	c->cq_khead = (uint32_t *)((char *)c->ring + o->cq_head);
+	c->cq_ktail = (uint32_t *)((char *)c->ring + o->cq_tail);
+	c->cq_kflags = (uint32_t *)((char *)c->ring + o->cq_flags);
+	c->sqes = (struct kv_sqe *)((char *)c->ring + o->sqes);
+	c->cqes = (struct kv_cqe *)((char *)c->ring + o->cqes);
+	c->data = (uint8_t *)c->ring + o->data;
+	c->data_bytes = data_bytes;
+	c->sq_entries = sq_entries;
+	c->cq_entries = cq_entries;
+	c->sq_head = 0;
+	c->cq_tail = 0;
+	c->cq_stalled = false;
+	return 0;
+
+err_close:
+	close(c->ring_fd);
+	c->ring_fd = -1;
+	return ret;
+}
+
+void kvd_ring_teardown(struct kvd_client *c)
+{
+	if (c->ring)
+		munmap(c->ring, c->ring_bytes);
+	c->ring = NULL;
+	if (c->ring_fd >= 0)
+		close(c->ring_fd);
+	c->ring_fd = -1;
+}
+
+/* Room for one more CQE? Sets KV_SQ_CQ_FULL when there is none. */
+static bool cq_has_room(struct kvd_client *c)
+{
+	/* D4: pairs with the client's release of cq_head (C4). */
+	uint32_t head = kv_smp_load_acquire(c->cq_khead);
+
+	if (c->cq_tail - head < c->cq_entries)
+		return true;
+	kv_atomic_or(c->sq_kflags, KV_SQ_CQ_FULL);
+	kv_smp_mb();	/* D7: pairs with C7 */
+	head = kv_smp_load_acquire(c->cq_khead);
+	if (c->cq_tail - head < c->cq_entries) {
+		kv_atomic_andnot(c->sq_kflags, KV_SQ_CQ_FULL);
+		return true;
+	}
+	return false;
+}
+
+/*
+ * kvd_ring_process - serve up to @budget SQEs of @c. Returns the number
+ * served, or -EPROTO when the client's indices are corrupt (the caller
+ * disconnects it). Stops early, leaving SQEs queued, when the CQ is full:
+ * no completion is ever dropped.
+ */
+int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
+{
+	uint32_t head = c->sq_head, tail, done = 0;
+
+	/* D1: pairs with the client's release of sq_tail (C1). */
+	tail = kv_smp_load_acquire(c->sq_ktail);
+	if (tail - head > c->sq_entries)
+		return -EPROTO;
+	c->cq_stalled = false;
+	while (head != tail && done < budget) {
+		struct kv_sqe sqe;
+		struct kv_cqe *cqe;
+		int res;
+
+		if (!cq_has_room(c)) {
+			c->cq_stalled = true;
+			break;
+		}
+		memcpy(&sqe, &c->sqes[head & (c->sq_entries - 1)], sizeof(sqe));
+		head++;
+		res = kvd_op_issue(d, c, &sqe);
+		cqe = &c->cqes[c->cq_tail & (c->cq_entries - 1)];
+		cqe->user_data = sqe.user_data;
+		cqe->res = res;
+		cqe->flags = 0;
+		c->cq_tail++;
+		done++;
+	}
+	if (!done)
+		return 0;
+	c->sq_head = head;
+	c->ops += done;
+	d->ops += done;
+	/* D3: publish CQEs; pairs with the client's acquire (C3). */
+	kv_smp_store_release(c->cq_ktail, c->cq_tail);
+	/* D2: SQ slots reusable; pairs with the client's acquire (C2). */
+	kv_smp_store_release(c->sq_khead, head);
+	kvd_ring_wake(c);
+	return (int)done;
+}
+
+/* D6: wake a client that sleeps on its CQ. */
+void kvd_ring_wake(struct kvd_client *c)
+{
+	uint64_t one = 1;
+
+	kv_smp_mb();	/* pairs with C6 */
+	if (KV_READ_ONCE(*c->cq_kflags) & KV_CQ_NEED_WAKEUP) {
+		if (write(c->cq_evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+			kvd_dbg("client %u: cq eventfd: %m", c->id);
+	}
+}
+
+/*
+ * kvd_ring_prepare_sleep - set KV_SQ_NEED_WAKEUP (D5) and look once more.
+ * Returns true when SQEs arrived meanwhile (the caller must not sleep);
+ * a ring stalled on a full CQ counts as idle until the client reaps.
+ */
+bool kvd_ring_prepare_sleep(struct kvd_client *c)
+{
+	uint32_t tail;
+
+	kv_atomic_or(c->sq_kflags, KV_SQ_NEED_WAKEUP);
+	kv_smp_mb();	/* pairs with C5 */
+	tail = kv_smp_load_acquire(c->sq_ktail);
+	if (tail == c->sq_head)
+		return false;
+	if (c->cq_stalled && !cq_has_room(c))
+		return false;
+	kv_atomic_andnot(c->sq_kflags, KV_SQ_NEED_WAKEUP);
+	return true;
+}

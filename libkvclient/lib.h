@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* libkvclient internals: the client handle and ring pointers. */
+#ifndef KV_LIB_H
+#define KV_LIB_H
+
+#include <errno.h>
+#include <kv/kv.h>
+#include <kv/barrier.h>
+
+struct kv_client {
+	int		sock;		/* control socket: closing it ends us */
+	int		ring_fd;
+	int		sq_evfd;	/* doorbell to kvd */
+	int		cq_evfd;	/* kvd's wake-up */
+	int		pool_fd;
+	bool		dead;		/* kvd went away: every call fails */
+
+	void		*ring;
+	size_t		ring_bytes;
+	void		*pool;
+	uint64_t	pool_bytes;
+	uint64_t	block_bytes;
+	uint64_t	slab_bytes;
+	uint32_t	max_blocks;
+	uint32_t	client_id;
+	uint32_t	ns_id;
+	int		backend;
+
+	uint32_t	*sq_khead, *sq_ktail, *sq_kflags;
+	uint32_t	*cq_khead, *cq_ktail, *cq_kflags;
+	struct kv_sqe	*sqes;
+	struct kv_cqe	*cqes;
+	uint8_t		*data;
+	uint32_t	data_bytes;
+	uint32_t	sq_entries, cq_entries;
+	uint32_t	sq_tail;	/* next SQE to hand out (local) */
+	uint32_t	sq_submitted;	/* published to sq_ktail */
+	uint32_t	inflight;	/* submitted, CQE not yet seen */
+};
+
+int __kv_wait(struct kv_client *c, int64_t timeout_ns);
+int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto);
+
+#endif /* KV_LIB_H */

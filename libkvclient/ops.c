@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Synchronous wrappers: one SQE, one doorbell if kvd sleeps, one CQE.
+ * They use the start of the data area, so they refuse (-EBUSY) while
+ * asynchronous requests are queued or in flight.
+ */
+#include <string.h>
+
+#include "lib.h"
+
+int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto)
+{
+	struct kv_sqe *sqe;
+	struct kv_cqe *cqe;
+	int ret;
+
+	if (c->dead)
+		return -ECONNRESET;
+	if (c->inflight || c->sq_tail != c->sq_submitted)
+		return -EBUSY;
+	sqe = kv_get_sqe(c);
+	if (!sqe)
+		return -EBUSY;
+	*sqe = *proto;
+	ret = kv_submit(c);
+	if (ret < 0)
+		return ret;
+	ret = kv_wait_cqe(c, &cqe);
+	if (ret)
+		return ret;
+	ret = cqe->res;
+	kv_cqe_seen(c, cqe);
+	return ret;
+}
+
+/* Id arrays of the sync calls live at data offset 0. */
+static int ids_fit(const struct kv_client *c, const void *ids, unsigned nr)
+{
+	if (!c || !ids || !nr)
+		return -EINVAL;
+	if ((uint64_t)nr * sizeof(kv_block_t) > c->data_bytes)
+		return -E2BIG;
+	return 0;
+}
+
+int kv_nop(struct kv_client *c)
+{
+	struct kv_sqe sqe = { 0 };
+
+	if (!c)
+		return -EINVAL;
+	kv_prep_nop(&sqe);
+	return __kv_sync_op(c, &sqe);
+}
+
+int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids)
+{
+	struct kv_sqe sqe = { 0 };
+	int ret = ids_fit(c, ids, nr);
+
+	if (ret)
+		return ret;
+	kv_prep_alloc(&sqe, nr, 0);
+	ret = __kv_sync_op(c, &sqe);
+	if (ret > 0)
+		memcpy(ids, c->data, (size_t)ret * sizeof(kv_block_t));
+	return ret;
+}
+
+static int ids_op(struct kv_client *c, const kv_block_t *ids, unsigned nr,
+		  void (*prep)(struct kv_sqe *, uint32_t, unsigned))
+{
+	struct kv_sqe sqe = { 0 };
+	int ret = ids_fit(c, ids, nr);
+
+	if (ret)
+		return ret;
+	if (c->inflight || c->sq_tail != c->sq_submitted)
+		return -EBUSY;
+	memcpy(c->data, ids, (size_t)nr * sizeof(kv_block_t));
+	prep(&sqe, 0, nr);
+	return __kv_sync_op(c, &sqe);
+}
+
+int kv_release(struct kv_client *c, const kv_block_t *ids, unsigned nr)
+{
+	return ids_op(c, ids, nr, kv_prep_release);
+}
+
+int kv_ref(struct kv_client *c, const kv_block_t *ids, unsigned nr)
+{
+	return ids_op(c, ids, nr, kv_prep_ref);
+}
+
+int kv_stats(struct kv_client *c, struct kv_stats *st)
+{
+	struct kv_sqe sqe = { 0 };
+	int ret;
+
+	if (!c || !st)
+		return -EINVAL;
+	kv_prep_stats(&sqe, 0);
+	ret = __kv_sync_op(c, &sqe);
+	if (ret < 0)
+		return ret;
+	memcpy(st, c->data, sizeof(*st));
+	return 0;
+}

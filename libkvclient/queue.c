@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The client's side of the request ring: SQEs out, CQEs in, and the
+ * eventfd wake-ups in both directions. kvd/ring.c states the ordering
+ * contract; the labels C1..C7 here are the client's half of it.
+ */
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lib.h"
+
+static inline uint32_t cq_ready(const struct kv_client *c)
+{
+	/* C3: pairs with kvd's release of cq_tail (D3). */
+	return kv_smp_load_acquire(c->cq_ktail) - KV_READ_ONCE(*c->cq_khead);
+}
+
+unsigned kv_cq_ready(const struct kv_client *c)
+{
+	return cq_ready(c);
+}
+
+unsigned kv_sq_space_left(const struct kv_client *c)
+{
+	/* C2: pairs with kvd's release of sq_head (D2). */
+	return c->sq_entries - (c->sq_tail - kv_smp_load_acquire(c->sq_khead));
+}
+
+struct kv_sqe *kv_get_sqe(struct kv_client *c)
+{
+	struct kv_sqe *sqe;
+
+	if (c->sq_tail - kv_smp_load_acquire(c->sq_khead) >= c->sq_entries)
+		return NULL;
+	sqe = &c->sqes[c->sq_tail & (c->sq_entries - 1)];
+	c->sq_tail++;
+	memset(sqe, 0, sizeof(*sqe));
+	return sqe;
+}
+
+static int ring_doorbell(struct kv_client *c)
+{
+	uint64_t one = 1;
+
+	if (write(c->sq_evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+		return -errno;
+	return 0;
+}
+
+int kv_submit(struct kv_client *c)
+{
+	uint32_t n = c->sq_tail - c->sq_submitted;
+	int ret;
+
+	if (c->dead)
+		return -ECONNRESET;
+	if (!n)
+		return 0;
+	/* C1: publish the SQEs; pairs with kvd's acquire of sq_tail (D1). */
+	kv_smp_store_release(c->sq_ktail, c->sq_tail);
+	c->sq_submitted = c->sq_tail;
+	c->inflight += n;
+	kv_smp_mb();	/* C5: pairs with D5 */
+	if (KV_READ_ONCE(*c->sq_kflags) & KV_SQ_NEED_WAKEUP) {
+		ret = ring_doorbell(c);
+		if (ret)
+			return ret;
+	}
+	return (int)n;
+}
+
+int kv_peek_cqe(struct kv_client *c, struct kv_cqe **cqe)
+{
+	uint32_t head = KV_READ_ONCE(*c->cq_khead);
+
+	if (kv_smp_load_acquire(c->cq_ktail) == head) {
+		*cqe = NULL;
+		return c->dead ? -ECONNRESET : -EAGAIN;
+	}
+	*cqe = &c->cqes[head & (c->cq_entries - 1)];
+	return 0;
+}
+
+void kv_cq_advance(struct kv_client *c, unsigned nr)
+{
+	if (!nr)
+		return;
+	/* C4: the CQEs are read; pairs with kvd's acquire (D4). */
+	kv_smp_store_release(c->cq_khead, KV_READ_ONCE(*c->cq_khead) + nr);
+	c->inflight -= nr;
+	kv_smp_mb();	/* C7: pairs with D7 */
+	if (KV_READ_ONCE(*c->sq_kflags) & KV_SQ_CQ_FULL)
+		ring_doorbell(c);
+}
+
+void kv_cqe_seen(struct kv_client *c, struct kv_cqe *cqe)
+{
+	if (cqe)
+		kv_cq_advance(c, 1);
+}
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/*
+ * Sleep until a CQE is ready, kvd goes away (-ECONNRESET) or timeout_ns
+ * passes (-ETIME; < 0 waits for ever). C6: set KV_CQ_NEED_WAKEUP, full
+ * barrier, look again, and only then block.
+ */
+int __kv_wait(struct kv_client *c, int64_t timeout_ns)
+{
+	int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
+	struct pollfd pfd[2];
+	uint64_t v;
+	int ms, ret = 0;
+
+	for (;;) {
+		if (cq_ready(c))
+			return 0;
+		if (c->dead)
+			return -ECONNRESET;
+		kv_atomic_or(c->cq_kflags, KV_CQ_NEED_WAKEUP);
+		kv_smp_mb();	/* C6: pairs with D6 */
+		if (cq_ready(c))
+			break;
+		ms = -1;
+		if (deadline >= 0) {
+			int64_t left = deadline - now_ns();
+
+			if (left <= 0) {
+				ret = -ETIME;
+				break;
+			}
+			ms = (int)((left + 999999) / 1000000);
+		}
+		pfd[0] = (struct pollfd){ .fd = c->cq_evfd, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = c->sock, .events = POLLIN };
+		if (poll(pfd, 2, ms) < 0 && errno != EINTR) {
+			ret = -errno;
+			break;
+		}
+		/* kvd never writes after WELCOME: readable means hung up. */
+		if (pfd[1].revents) {
+			c->dead = true;
+			ret = cq_ready(c) ? 0 : -ECONNRESET;
+			break;
+		}
+		if (pfd[0].revents & POLLIN)
+			(void)!read(c->cq_evfd, &v, sizeof(v));
+	}
+	kv_atomic_andnot(c->cq_kflags, KV_CQ_NEED_WAKEUP);
+	return ret;
+}
+
+int kv_wait_cqe_timeout(struct kv_client *c, struct kv_cqe **cqe,
+			int64_t timeout_ns)
+{
+	int ret = kv_peek_cqe(c, cqe);
+
+	if (ret != -EAGAIN)
+		return ret;
+	ret = __kv_wait(c, timeout_ns);
+	if (ret)
+		return ret;
+	return kv_peek_cqe(c, cqe);
+}
+
+int kv_wait_cqe(struct kv_client *c, struct kv_cqe **cqe)
+{
+	return kv_wait_cqe_timeout(c, cqe, -1);
+}
+
+int kv_submit_and_wait(struct kv_client *c, unsigned wait_nr)
+{
+	int submitted = kv_submit(c), ret;
+
+	if (submitted < 0)
+		return submitted;
+	while (cq_ready(c) < wait_nr) {
+		ret = __kv_wait(c, -1);
+		if (ret)
+			return ret;
+		if (cq_ready(c) < wait_nr && !c->inflight)
+			return -EINVAL;	/* would wait for ever */
+	}
+	return submitted;
+}
+
+void kv_prep_nop(struct kv_sqe *sqe)
+{
+	sqe->opcode = KV_OP_NOP;
+}
+
+void kv_prep_alloc(struct kv_sqe *sqe, unsigned nr, uint32_t ids_off)
+{
+	sqe->opcode = KV_OP_ALLOC;
+	sqe->nr = nr;
+	sqe->off = ids_off;
+}
+
+void kv_prep_release(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
+{
+	sqe->opcode = KV_OP_RELEASE;
+	sqe->nr = nr;
+	sqe->off = ids_off;
+}
+
+void kv_prep_ref(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
+{
+	sqe->opcode = KV_OP_REF;
+	sqe->nr = nr;
+	sqe->off = ids_off;
+}
+
+void kv_prep_stats(struct kv_sqe *sqe, uint32_t stats_off)
+{
+	sqe->opcode = KV_OP_STATS;
+	sqe->nr = sizeof(struct kv_stats);
+	sqe->off = stats_off;
+}
+
+void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data)
+{
+	sqe->user_data = data;
+}

@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kv_connect / kv_disconnect: HELLO, WELCOME with four fds by SCM_RIGHTS,
+ * then the ring and the pool mapped into this process.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "lib.h"
+
+#define KV_DEFAULT_SQ_ENTRIES	256
+#define KV_DEFAULT_DATA_BYTES	(256U << 10)
+
+static void set_err(const struct kv_connect_params *p, const char *fmt,
+		    const char *arg)
+{
+	if (p->errbuf && p->errbuf_len)
+		snprintf(p->errbuf, p->errbuf_len, fmt, arg);
+}
+
+static int socket_path(const struct kv_connect_params *p, char *buf,
+		       size_t len)
+{
+	const char *e = getenv("KVD_SOCKET"), *xdg;
+	int n;
+
+	if (p->socket_path)
+		n = snprintf(buf, len, "%s", p->socket_path);
+	else if (e && *e)
+		n = snprintf(buf, len, "%s", e);
+	else if (geteuid() == 0 || !(xdg = getenv("XDG_RUNTIME_DIR")) || !*xdg)
+		n = snprintf(buf, len, "/run/kvd/kvd.sock");
+	else
+		n = snprintf(buf, len, "%s/kvd.sock", xdg);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+static int dial(const struct kv_connect_params *p)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, ret;
+
+	ret = socket_path(p, sa.sun_path, sizeof(sa.sun_path));
+	if (ret)
+		return ret;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		ret = -errno;
+		set_err(p, "cannot connect to kvd at %s", sa.sun_path);
+		close(fd);
+		return ret;
+	}
+	return fd;
+}
+
+static int send_hello(int fd, const struct kv_connect_params *p)
+{
+	struct kv_hello h = { 0 };
+
+	h.magic = KV_MAGIC;
+	h.abi_major = KV_ABI_MAJOR;
+	h.abi_minor = KV_ABI_MINOR;
+	h.type = KV_MSG_HELLO;
+	h.size = sizeof(h);
+	h.sq_entries = p->sq_entries ? p->sq_entries : KV_DEFAULT_SQ_ENTRIES;
+	h.data_bytes = p->data_bytes ? p->data_bytes : KV_DEFAULT_DATA_BYTES;
+	memcpy(h.model_id, p->model_id, strlen(p->model_id));
+	h.geom = p->geom;
+	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
+		return -errno;
+	return 0;
+}
+
+/* Receive WELCOME and its four fds. Closes any fds on error. */
+static int recv_welcome(int fd, struct kv_welcome *w, int fds[4])
+{
+	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
+	struct msghdr msg = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
+	};
+	struct cmsghdr *cm;
+	ssize_t n;
+	int nfds = 0;
+
+	n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return -errno;
+	cm = CMSG_FIRSTHDR(&msg);
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+		nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		if (nfds > 4)
+			nfds = 4;
+		memcpy(fds, CMSG_DATA(cm), nfds * sizeof(int));
+	}
+	if (n == 0)
+		goto err_close;		/* kvd closed: refused or gone */
+	if (n != sizeof(*w) || w->magic != KV_MAGIC ||
+	    w->type != KV_MSG_WELCOME || (msg.msg_flags & MSG_CTRUNC)) {
+		n = -EPROTO;
+		goto err_close;
+	}
+	if (w->status) {
+		n = w->status < 0 ? w->status : -EPROTO;
+		goto err_close;
+	}
+	if (nfds != 4) {
+		n = -EPROTO;
+		goto err_close;
+	}
+	return 0;
+
+err_close:
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	return n == 0 ? -ECONNRESET : (int)n;
+}
+
+static int map_ring(struct kv_client *c, const struct kv_welcome *w)
+{
+	const struct kv_ring_offsets *o = &w->ring;
+	char *r;
+
+	if (!o->sq_entries || o->sq_entries & (o->sq_entries - 1) ||
+	    !o->cq_entries || o->cq_entries & (o->cq_entries - 1) ||
+	    o->data + (uint64_t)o->data_bytes > o->ring_bytes)
+		return -EPROTO;
+	r = mmap(NULL, o->ring_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+		 c->ring_fd, 0);
+	if (r == MAP_FAILED)
+		return -errno;
+	c->ring = r;
+	c->ring_bytes = o->ring_bytes;
+	c->sq_khead = (uint32_t *)(r + o->sq_head);
+	c->sq_ktail = (uint32_t *)(r + o->sq_tail);
+	c->sq_kflags = (uint32_t *)(r + o->sq_flags);
+	c->cq_khead = (uint32_t *)(r + o->cq_head);
+	c->cq_ktail = (uint32_t *)(r + o->cq_tail);
+	c->cq_kflags = (uint32_t *)(r + o->cq_flags);
+	c->sqes = (struct kv_sqe *)(r + o->sqes);
+	c->cqes = (struct kv_cqe *)(r + o->cqes);
+	c->data = (uint8_t *)(r + o->data);
+	c->data_bytes = o->data_bytes;
+	c->sq_entries = o->sq_entries;
+	c->cq_entries = o->cq_entries;
+	c->sq_tail = c->sq_submitted = KV_READ_ONCE(*c->sq_ktail);
+	return 0;
+}
+
+static int check_params(const struct kv_connect_params *p)
+{
+	size_t len;
+
+	if (!p || !p->model_id)
+		return -EINVAL;
+	len = strlen(p->model_id);
+	if (!len || len >= KV_MODEL_ID_MAX)
+		return -EINVAL;
+	if (p->sq_entries && (p->sq_entries & (p->sq_entries - 1) ||
+			      p->sq_entries > KV_MAX_SQ_ENTRIES))
+		return -EINVAL;
+	if (p->data_bytes && (p->data_bytes % 4096 ||
+			      p->data_bytes > KV_MAX_DATA_BYTES))
+		return -EINVAL;
+	if (!kv_geometry_block_bytes(&p->geom))
+		return -EINVAL;
+	return 0;
+}
+
+int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
+{
+	struct kv_welcome w;
+	struct kv_client *c;
+	int fds[4], ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	ret = check_params(p);
+	if (ret)
+		return ret;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->sock = dial(p);
+	if (c->sock < 0) {
+		ret = c->sock;
+		goto err_free;
+	}
+	ret = send_hello(c->sock, p);
+	if (ret)
+		goto err_close_sock;
+	memset(&w, 0, sizeof(w));
+	ret = recv_welcome(c->sock, &w, fds);
+	if (ret) {
+		if (w.magic == KV_MAGIC && w.errmsg[0]) {
+			w.errmsg[sizeof(w.errmsg) - 1] = 0;
+			set_err(p, "kvd refused: %s", w.errmsg);
+		}
+		goto err_close_sock;
+	}
+	c->ring_fd = fds[0];
+	c->sq_evfd = fds[1];
+	c->cq_evfd = fds[2];
+	c->pool_fd = fds[3];
+	ret = map_ring(c, &w);
+	if (ret)
+		goto err_close_fds;
+	c->pool = mmap(NULL, w.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+		       c->pool_fd, 0);
+	if (c->pool == MAP_FAILED) {
+		ret = -errno;
+		set_err(p, "cannot map the pool: %s", strerror(-ret));
+		goto err_unmap_ring;
+	}
+	c->pool_bytes = w.pool_bytes;
+	c->block_bytes = w.block_bytes;
+	c->slab_bytes = w.slab_bytes;
+	c->max_blocks = w.max_blocks;
+	c->client_id = w.client_id;
+	c->ns_id = w.ns_id;
+	c->backend = (int)w.backend;
+	*out = c;
+	return 0;
+
+err_unmap_ring:
+	munmap(c->ring, c->ring_bytes);
+err_close_fds:
+	for (int i = 0; i < 4; i++)
+		close(fds[i]);
+err_close_sock:
+	close(c->sock);
+err_free:
+	free(c);
+	return ret;
+}
+
+int kv_disconnect(struct kv_client *c)
+{
+	if (!c)
+		return -EINVAL;
+	munmap(c->pool, c->pool_bytes);
+	munmap(c->ring, c->ring_bytes);
+	close(c->pool_fd);
+	close(c->cq_evfd);
+	close(c->sq_evfd);
+	close(c->ring_fd);
+	/* Closing the control socket is what tells kvd we are gone. */
+	close(c->sock);
+	free(c);
+	return 0;
+}
+
+int kv_pool_info(const struct kv_client *c, struct kv_pool_info *info)
+{
+	if (!c || !info)
+		return -EINVAL;
+	memset(info, 0, sizeof(*info));
+	info->backend = c->backend;
+	info->device = -1;
+	info->base = c->pool;
+	info->pool_bytes = c->pool_bytes;
+	info->block_bytes = c->block_bytes;
+	info->slab_bytes = c->slab_bytes;
+	info->max_blocks = c->max_blocks;
+	info->client_id = c->client_id;
+	info->ns_id = c->ns_id;
+	return 0;
+}
+
+void *kv_block_ptr(const struct kv_client *c, kv_block_t id)
+{
+	if (!c || id >= c->max_blocks)
+		return NULL;
+	return (uint8_t *)c->pool + (uint64_t)id * c->block_bytes;
+}
+
+void *kv_data_ptr(const struct kv_client *c, uint32_t off, uint32_t len)
+{
+	if (!c || (uint64_t)off + len > c->data_bytes)
+		return NULL;
+	return c->data + off;
+}
+
+uint32_t kv_data_bytes(const struct kv_client *c)
+{
+	return c ? c->data_bytes : 0;
+}

@@ -1,0 +1,29 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Install the Debian packages kvd builds and tests with, when missing.
+# Run by make (once, stamp in build/) and by .ci/run.
+set -eu
+
+PKGS="build-essential clang pkg-config liburing-dev libjemalloc-dev \
+libcmocka-dev libxxhash-dev mandoc jq binutils"
+
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+echo "install-deps: installing:$missing"
+if [ "$(id -u)" -eq 0 ]; then
+	SUDO=""
+elif command -v sudo >/dev/null 2>&1; then
+	SUDO="sudo"
+else
+	echo "install-deps: need root (or sudo) to install:$missing" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -q --no-install-recommends $missing

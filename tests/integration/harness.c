@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static char t_build_dir[PATH_MAX + 16];
+
+const char *t_bin(const char *name)
+{
+	static char path[PATH_MAX + 96];
+	char self[PATH_MAX - 16];
+	ssize_t n;
+
+	if (!t_build_dir[0]) {
+		const char *o = getenv("KV_BUILD_DIR");
+
+		if (o) {
+			snprintf(t_build_dir, sizeof(t_build_dir), "%s", o);
+		} else {
+			/* tests live in $O/tests/integration */
+			n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+			if (n < 0)
+				T_FAIL("readlink /proc/self/exe");
+			self[n] = 0;
+			*strrchr(self, '/') = 0;
+			snprintf(t_build_dir, sizeof(t_build_dir),
+				 "%s/../..", self);
+		}
+	}
+	snprintf(path, sizeof(path), "%s/%s", t_build_dir, name);
+	return path;
+}
+
+static void t_cleanup_dir(struct t_kvd *k)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", k->dir);
+	if (system(cmd))
+		fprintf(stderr, "cannot remove %s\n", k->dir);
+}
+
+void t_kvd_start(struct t_kvd *k, const char *pool_size, ...)
+{
+	const char *argv[32];
+	char kvd[PATH_MAX + 64];
+	va_list ap;
+	int argc = 0, fd;
+
+	memset(k, 0, sizeof(*k));
+	snprintf(k->dir, sizeof(k->dir), "/tmp/kvd-test.XXXXXX");
+	if (!mkdtemp(k->dir))
+		T_FAIL("mkdtemp: %s", strerror(errno));
+	snprintf(k->sock, sizeof(k->sock), "%s/kvd.sock", k->dir);
+	snprintf(k->admin, sizeof(k->admin), "%s/kvd-admin.sock", k->dir);
+	snprintf(k->log, sizeof(k->log), "%s/kvd.log", k->dir);
+	snprintf(kvd, sizeof(kvd), "%s", t_bin("kvd"));
+	argv[argc++] = kvd;
+	argv[argc++] = "--backend";
+	argv[argc++] = "host";
+	argv[argc++] = "--pool-size";
+	argv[argc++] = pool_size;
+	argv[argc++] = "--socket";
+	argv[argc++] = k->sock;
+	argv[argc++] = "--admin-socket";
+	argv[argc++] = k->admin;
+	va_start(ap, pool_size);
+	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
+		argc++;
+	va_end(ap);
+	argv[argc] = NULL;
+
+	k->pid = fork();
+	if (k->pid < 0)
+		T_FAIL("fork");
+	if (k->pid == 0) {
+		fd = open(k->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd >= 0 && !getenv("KV_TEST_VERBOSE"))
+			dup2(fd, 2);
+		execv(kvd, (char **)argv);
+		_exit(127);
+	}
+	for (int i = 0; i < 500; i++) {
+		struct stat st;
+		int status;
+
+		if (!stat(k->admin, &st))
+			return;
+		if (waitpid(k->pid, &status, WNOHANG) == k->pid) {
+			k->pid = 0;
+			t_cleanup_dir(k);
+			T_FAIL("kvd exited at start (status %d)", status);
+		}
+		usleep(10000);
+	}
+	T_FAIL("kvd did not create %s", k->admin);
+}
+
+void t_kvd_stop(struct t_kvd *k)
+{
+	struct stat st;
+	int status;
+
+	if (k->pid <= 0)
+		return;
+	kill(k->pid, SIGTERM);
+	if (waitpid(k->pid, &status, 0) != k->pid)
+		T_FAIL("waitpid kvd");
+	k->pid = 0;
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		char cmd[256];
+
+		snprintf(cmd, sizeof(cmd), "cat '%s' >&2", k->log);
+		(void)!system(cmd);
+		t_cleanup_dir(k);
+		T_FAIL("kvd exit status %d", status);
+	}
+	if (!stat(k->sock, &st) || !stat(k->admin, &st))
+		T_FAIL("kvd left its socket behind");
+	t_cleanup_dir(k);
+}
+
+struct kv_geometry t_geom(void)
+{
+	struct kv_geometry g = {
+		.layers = 4, .kv_heads = 2, .head_dim = 64,
+		.block_tokens = 16, .dtype = KV_DTYPE_FP16,
+	};
+	return g;	/* 4 * 2 * 2 * 16 * 64 * 2 = 32 KiB */
+}
+
+int t_connect(struct t_kvd *k, const char *model, const struct kv_geometry *g,
+	      struct kv_client **c)
+{
+	struct kv_connect_params p = { 0 };
+
+	p.socket_path = k->sock;
+	p.model_id = model;
+	p.geom = g ? *g : t_geom();
+	return kv_connect(&p, c);
+}
+
+char *t_kvctl(struct t_kvd *k, const char *args)
+{
+	char cmd[1024], *buf;
+	size_t len = 0, cap = 1 << 16;
+	FILE *f;
+	size_t n;
+
+	snprintf(cmd, sizeof(cmd), "'%s' --admin-socket '%s' %s --json",
+		 t_bin("kvctl"), k->admin, args);
+	f = popen(cmd, "r");
+	if (!f)
+		T_FAIL("popen kvctl");
+	buf = malloc(cap);
+	while ((n = fread(buf + len, 1, cap - len - 1, f)) > 0)
+		len += n;
+	buf[len] = 0;
+	if (pclose(f))
+		T_FAIL("kvctl %s failed", args);
+	return buf;
+}
+
+long long t_json_int(const char *json, const char *key)
+{
+	char pat[128];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\":", key);
+	p = strstr(json, pat);
+	if (!p)
+		return -1;
+	p += strlen(pat);
+	while (*p == ' ')
+		p++;
+	return strtoll(p, NULL, 10);
+}
