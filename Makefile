@@ -49,7 +49,7 @@ $(DEPS_STAMP): scripts/install-deps.sh
 	$(Q)sh scripts/install-deps.sh
 	@touch $@
 
-$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h)
+$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h tests/integration/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -c -o $@ $<
@@ -93,9 +93,10 @@ $(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/
 	@echo "  CC      $<"
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd $(CFLAGS) -c -o $@ $<
 
-$(O)/tests/integration/%: $(O)/tests/integration/%.o $(O)/tests/integration/harness.o $(LIB)
+$(O)/tests/integration/%: $(O)/obj/tests/integration/%.o $(O)/obj/tests/integration/harness.o $(LIB)
+	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/tests/integration/harness.o $(LIB_LINK)
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/obj/tests/integration/harness.o $(LIB_LINK)
 
 # CUDA kernels (kernels/*.cu), compiled and linked whenever nvcc exists.
 kernels:

@@ -5,7 +5,10 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <stdbool.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,7 +43,7 @@ const char *t_bin(const char *name)
 	return path;
 }
 
-static void t_cleanup_dir(struct t_kvd *k)
+void t_cleanup_dir(struct t_kvd *k)
 {
 	char cmd[256];
 
@@ -49,20 +52,27 @@ static void t_cleanup_dir(struct t_kvd *k)
 		fprintf(stderr, "cannot remove %s\n", k->dir);
 }
 
-void t_kvd_start(struct t_kvd *k, const char *pool_size, ...)
+/* A listening socket, not just a (maybe stale) socket file. */
+static bool t_can_connect(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (strlen(path) >= sizeof(sa.sun_path))
+		T_FAIL("socket path too long: %s", path);
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ok = !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	close(fd);
+	return ok;
+}
+
+static void t_kvd_spawn(struct t_kvd *k, const char *pool_size, va_list ap)
 {
 	const char *argv[32];
-	char kvd[PATH_MAX + 64];
-	va_list ap;
+	char kvd[PATH_MAX + 96];
 	int argc = 0, fd;
 
-	memset(k, 0, sizeof(*k));
-	snprintf(k->dir, sizeof(k->dir), "/tmp/kvd-test.XXXXXX");
-	if (!mkdtemp(k->dir))
-		T_FAIL("mkdtemp: %s", strerror(errno));
-	snprintf(k->sock, sizeof(k->sock), "%s/kvd.sock", k->dir);
-	snprintf(k->admin, sizeof(k->admin), "%s/kvd-admin.sock", k->dir);
-	snprintf(k->log, sizeof(k->log), "%s/kvd.log", k->dir);
 	snprintf(kvd, sizeof(kvd), "%s", t_bin("kvd"));
 	argv[argc++] = kvd;
 	argv[argc++] = "--backend";
@@ -73,27 +83,24 @@ void t_kvd_start(struct t_kvd *k, const char *pool_size, ...)
 	argv[argc++] = k->sock;
 	argv[argc++] = "--admin-socket";
 	argv[argc++] = k->admin;
-	va_start(ap, pool_size);
 	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
 		argc++;
-	va_end(ap);
 	argv[argc] = NULL;
 
 	k->pid = fork();
 	if (k->pid < 0)
 		T_FAIL("fork");
 	if (k->pid == 0) {
-		fd = open(k->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		fd = open(k->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0 && !getenv("KV_TEST_VERBOSE"))
 			dup2(fd, 2);
 		execv(kvd, (char **)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {
-		struct stat st;
 		int status;
 
-		if (!stat(k->admin, &st))
+		if (t_can_connect(k->admin))
 			return;
 		if (waitpid(k->pid, &status, WNOHANG) == k->pid) {
 			k->pid = 0;
@@ -103,6 +110,31 @@ void t_kvd_start(struct t_kvd *k, const char *pool_size, ...)
 		usleep(10000);
 	}
 	T_FAIL("kvd did not create %s", k->admin);
+}
+
+void t_kvd_start(struct t_kvd *k, const char *pool_size, ...)
+{
+	va_list ap;
+
+	memset(k, 0, sizeof(*k));
+	snprintf(k->dir, sizeof(k->dir), "/tmp/kvd-test.XXXXXX");
+	if (!mkdtemp(k->dir))
+		T_FAIL("mkdtemp: %s", strerror(errno));
+	snprintf(k->sock, sizeof(k->sock), "%s/kvd.sock", k->dir);
+	snprintf(k->admin, sizeof(k->admin), "%s/kvd-admin.sock", k->dir);
+	snprintf(k->log, sizeof(k->log), "%s/kvd.log", k->dir);
+	va_start(ap, pool_size);
+	t_kvd_spawn(k, pool_size, ap);
+	va_end(ap);
+}
+
+void t_kvd_restart(struct t_kvd *k, const char *pool_size, ...)
+{
+	va_list ap;
+
+	va_start(ap, pool_size);
+	t_kvd_spawn(k, pool_size, ap);
+	va_end(ap);
 }
 
 void t_kvd_stop(struct t_kvd *k)

@@ -7,6 +7,7 @@
 #ifndef KV_TEST_HARNESS_H
 #define KV_TEST_HARNESS_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -40,6 +41,10 @@ struct t_kvd {
 
 /* Start kvd with extra arguments (NULL-terminated); waits for its socket. */
 void t_kvd_start(struct t_kvd *k, const char *pool_size, ...);
+/* Start kvd again on k's existing sockets (after a crash, say). */
+void t_kvd_restart(struct t_kvd *k, const char *pool_size, ...);
+/* Remove k's temporary directory. */
+void t_cleanup_dir(struct t_kvd *k);
 /* SIGTERM, wait; fails the test unless kvd exits 0 and removed its socket. */
 void t_kvd_stop(struct t_kvd *k);
 /* Connect with a small default geometry (32 KiB blocks) unless g given. */

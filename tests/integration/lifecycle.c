@@ -1,0 +1,108 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvd's own lifetime: bad options, a second instance refused, kill -9
+ * under a connected client (which gets an error, never a hang), restart
+ * over the stale socket, reconnect, and a clean stop on SIGINT.
+ */
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+/* Run kvd with args; returns exit status, stderr in out. */
+static int run_kvd(char *out, size_t len, const char *const *args)
+{
+	const char *argv[16];
+	int p[2], status, n = 0, argc = 0;
+	pid_t pid;
+
+	argv[argc++] = t_bin("kvd");
+	argv[0] = strdup(argv[0]);
+	while (*args && argc < 15)
+		argv[argc++] = *args++;
+	argv[argc] = NULL;
+	T_ASSERT(!pipe(p));
+	pid = fork();
+	if (pid == 0) {
+		dup2(p[1], 2);
+		close(p[0]);
+		execv(argv[0], (char **)argv);
+		_exit(127);
+	}
+	close(p[1]);
+	while (n < (int)len - 1) {
+		ssize_t r = read(p[0], out + n, len - 1 - n);
+
+		if (r <= 0)
+			break;
+		n += (int)r;
+	}
+	out[n] = 0;
+	close(p[0]);
+	T_EQ(waitpid(pid, &status, 0), pid);
+	free((void *)argv[0]);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void bad_options(struct t_kvd *k)
+{
+	char out[4096];
+
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--pool-size", "lots",
+		"--socket", "/tmp/x", NULL }), 2);
+	T_ASSERT(strstr(out, "--pool-size"));
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--pool-size", "1M",
+		NULL }), 2);
+	T_ASSERT(strstr(out, "at least 2M"));
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--backend", "tpu",
+		NULL }), 2);
+	T_ASSERT(strstr(out, "unknown backend"));
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--max-clients", "0",
+		NULL }), 2);
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "extra", NULL }), 2);
+	/* Same socket as the running kvd: refused, and it keeps running. */
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--pool-size", "4M",
+		"--socket", k->sock, "--admin-socket", k->admin, NULL }), 1);
+	T_ASSERT(strstr(out, "already running"));
+	T_EQ(kill(k->pid, 0), 0);
+}
+
+int main(void)
+{
+	struct kv_client *c;
+	kv_block_t ids[4];
+	struct t_kvd k;
+	struct stat st;
+	int status;
+
+	t_kvd_start(&k, "16M", NULL);
+	bad_options(&k);
+
+	T_EQ(t_connect(&k, "m", NULL, &c), 0);
+	T_EQ(kv_alloc(c, 4, ids), 4);
+	/* kvd dies under the client: calls fail, they do not hang. */
+	T_EQ(kill(k.pid, SIGKILL), 0);
+	T_EQ(waitpid(k.pid, &status, 0), k.pid);
+	T_EQ(kv_alloc(c, 1, ids), -ECONNRESET);
+	T_EQ(kv_nop(c), -ECONNRESET);
+	T_EQ(kv_disconnect(c), 0);
+	T_EQ(stat(k.sock, &st), 0);		/* stale socket left behind */
+
+	/* A new kvd takes over the stale socket; clients reconnect. */
+	t_kvd_restart(&k, "16M", NULL);
+	T_EQ(t_connect(&k, "m", NULL, &c), 0);
+	T_EQ(kv_alloc(c, 4, ids), 4);
+	T_EQ(kv_disconnect(c), 0);
+
+	/* SIGINT stops it cleanly and removes both sockets. */
+	T_EQ(kill(k.pid, SIGINT), 0);
+	T_EQ(waitpid(k.pid, &status, 0), k.pid);
+	T_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	T_ASSERT(stat(k.sock, &st) && stat(k.admin, &st));
+	t_cleanup_dir(&k);
+	return 0;
+}

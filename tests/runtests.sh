@@ -1,0 +1,43 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Run every unit and integration test with a timeout each; exit 0/1/77
+# per test (77 = skipped). Ends with "N passed, N failed, N skipped".
+O=${O:-build}
+TIMEOUT=${TEST_TIMEOUT:-120}
+pass=0 fail=0 skip=0 failed=""
+
+run() {
+	name=$1
+	shift
+	start=$(date +%s)
+	timeout -k 5 "$TIMEOUT" "$@" >"$O/tests/$name.log" 2>&1
+	rc=$?
+	t=$(( $(date +%s) - start ))
+	case $rc in
+	0) pass=$((pass + 1)); printf '  PASS  %-40s %3ss\n' "$name" "$t" ;;
+	77) skip=$((skip + 1)); printf '  SKIP  %-40s\n' "$name" ;;
+	*) fail=$((fail + 1)); failed="$failed $name"
+	   printf '  FAIL  %-40s (exit %s)\n' "$name" "$rc"
+	   sed 's/^/        /' "$O/tests/$name.log" | tail -n 40 ;;
+	esac
+}
+
+mkdir -p "$O/tests/unit" "$O/tests/integration"
+for t in "$O"/tests/unit/test_*; do
+	[ -x "$t" ] || continue
+	case $t in *.o|*.log) continue ;; esac
+	run "unit/$(basename "$t")" "$t"
+done
+for t in "$O"/tests/integration/*; do
+	[ -x "$t" ] && [ -f "$t" ] || continue
+	case $t in *.o|*.log) continue ;; esac
+	run "integration/$(basename "$t")" "$t"
+done
+for t in tests/integration/*.sh; do
+	[ -f "$t" ] || continue
+	run "integration/$(basename "$t" .sh)" sh "$t" "$O"
+done
+
+[ -n "$failed" ] && echo "failed:$failed"
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]
