@@ -29,6 +29,7 @@ INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integrat
 KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o)
 LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o)
 KVD_CORE_OBJS	:= $(filter-out $(O)/obj/kvd/main.o,$(KVD_OBJS))
+KERNEL_REF_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard kernels/*.c))
 
 LIB		:= $(O)/$(SONAME)
 UNIT_BINS	:= $(UNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%)
@@ -49,10 +50,10 @@ $(DEPS_STAMP): scripts/install-deps.sh
 	$(Q)sh scripts/install-deps.sh
 	@touch $@
 
-$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h tests/integration/*.h)
+$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h tests/integration/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels $(CFLAGS) -c -o $@ $<
 
 $(O)/pic/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h libkvclient/*.h)
 	@mkdir -p $(dir $@)
@@ -80,7 +81,7 @@ $(O)/kvbench: $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB)
 	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB_LINK) -lm
 
 # Unit tests link only the daemon modules (and cmocka).
-$(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(O)/tests/unit/stubs.o
+$(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(KERNEL_REF_OBJS) $(O)/tests/unit/stubs.o
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring
 
@@ -91,22 +92,39 @@ $(O)/tests/unit/stubs.o: tests/unit/stubs.c $(DEPS_STAMP)
 $(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd -Ikernels $(CFLAGS) -c -o $@ $<
 
 $(O)/tests/integration/%: $(O)/obj/tests/integration/%.o $(O)/obj/tests/integration/harness.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/obj/tests/integration/harness.o $(LIB_LINK)
 
-# CUDA kernels (kernels/*.cu), compiled and linked whenever nvcc exists.
-kernels:
+# CUDA kernels (kernels/*.cu): compiled for Hopper (sm_90) and PTX, and
+# linked with the static CUDA runtime, whenever nvcc exists.
+NVCC_FLAGS	:= -O2 -Iinclude -Ikernels -gencode arch=compute_90,code=sm_90 \
+		   -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Werror
+KERNEL_OBJS	:= $(KERNEL_CU:kernels/%.cu=$(O)/obj/kernels/%.cu.o)
+
+$(O)/obj/kernels/%.cu.o: kernels/%.cu kernels/kv_kernels.h
+	@mkdir -p $(dir $@)
+	@echo "  NVCC    $<"
+	$(Q)$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
+
+$(O)/libkvkernels.a: $(KERNEL_OBJS) $(KERNEL_REF_OBJS)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+# Linking a host program against the kernels proves the link is whole.
+$(O)/tests/gpu/copy_blocks_check: tests/gpu/copy_blocks_check.c $(O)/libkvkernels.a
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \
+		$(O)/libkvkernels.a -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+
 ifneq ($(NVCC),)
-ifneq ($(KERNEL_CU),)
-	@mkdir -p $(O)/kernels
-	@echo "  NVCC    $(KERNEL_CU)"
-	$(Q)$(NVCC) -O2 -Iinclude -arch=sm_90 -c $(KERNEL_CU) -odir $(O)/kernels
-endif
+kernels: $(O)/libkvkernels.a $(O)/tests/gpu/copy_blocks_check
 else
+kernels:
 	@echo "  CUDA    nvcc not found (PATH, CUDA_HOME=$(CUDA_HOME)): GPU code skipped"
 endif
 

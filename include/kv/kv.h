@@ -58,17 +58,53 @@ struct kv_pool_info {
 	uint32_t	ns_id;
 };
 
-/* Setup and teardown (libkvclient/setup.c). */
+/*
+ * kv_connect - connect to kvd, say HELLO for model @p->model_id with
+ * geometry @p->geom, map the ring and the pool. On success *out holds a
+ * new client (free it with kv_disconnect). Errors: -EINVAL bad
+ * parameters; -ENOENT / -ECONNREFUSED no kvd on the socket;
+ * -ENAMETOOLONG socket path; -EPROTO ABI mismatch or malformed WELCOME;
+ * -ECONNRESET kvd closed the connection; any -errno kvd's HELLO checks
+ * give (-EINVAL geometry, -E2BIG block larger than half the pool,
+ * -ENOSPC no namespace slot), with kvd's reason in p->errbuf; -ENOMEM.
+ * Thread-safe (each call makes its own client).
+ */
 int kv_connect(const struct kv_connect_params *p, struct kv_client **out);
+
+/*
+ * kv_disconnect - unmap, close the control socket and free @c. kvd then
+ * releases every block @c still holds. Returns 0, or -EINVAL for NULL.
+ */
 int kv_disconnect(struct kv_client *c);
+
+/* kv_pool_info - fill @info (struct kv_pool_info). 0 or -EINVAL. */
 int kv_pool_info(const struct kv_client *c, struct kv_pool_info *info);
+
+/*
+ * kv_block_ptr - address of block @id's block_bytes bytes in this
+ * process's pool mapping, or NULL when id >= max_blocks. Pure arithmetic:
+ * it does not check that @c holds the block.
+ */
 void *kv_block_ptr(const struct kv_client *c, kv_block_t id);
 
-/* The data area: where id arrays of asynchronous requests live. */
+/*
+ * kv_data_ptr - address of [@off, @off + @len) in the data area, where
+ * asynchronous requests keep their id arrays (4-byte aligned offsets);
+ * NULL when the range does not fit. kv_data_bytes - its size in bytes.
+ */
 void *kv_data_ptr(const struct kv_client *c, uint32_t off, uint32_t len);
 uint32_t kv_data_bytes(const struct kv_client *c);
 
-/* Asynchronous interface (libkvclient/queue.c). */
+/*
+ * Asynchronous interface, as liburing's: take SQEs with kv_get_sqe (NULL
+ * when the SQ is full), fill them with kv_prep_*, publish them with
+ * kv_submit (returns the number published or -errno; rings the doorbell
+ * only when kvd sleeps), then reap CQEs with kv_peek_cqe (-EAGAIN if
+ * none) or kv_wait_cqe / kv_wait_cqe_timeout (timeout in ns, -ETIME),
+ * and hand each back with kv_cqe_seen or several with kv_cq_advance.
+ * CQE res is a count or -errno (see the kv_prep_* pages). Calls that wait
+ * return -ECONNRESET when kvd went away. One thread at a time per client.
+ */
 struct kv_sqe *kv_get_sqe(struct kv_client *c);
 int kv_submit(struct kv_client *c);
 int kv_submit_and_wait(struct kv_client *c, unsigned wait_nr);
@@ -81,6 +117,12 @@ void kv_cq_advance(struct kv_client *c, unsigned nr);
 unsigned kv_cq_ready(const struct kv_client *c);
 unsigned kv_sq_space_left(const struct kv_client *c);
 
+/*
+ * SQE preparation. Offsets are byte offsets into the data area; an id
+ * array of nr ids spans nr * 4 bytes. ALLOC writes nr new ids there (all
+ * or nothing); RELEASE drops one ref per listed id, REF adds one (the
+ * caller must hold each id); STATS writes a struct kv_stats.
+ */
 void kv_prep_nop(struct kv_sqe *sqe);
 void kv_prep_alloc(struct kv_sqe *sqe, unsigned nr, uint32_t ids_off);
 void kv_prep_release(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
@@ -88,7 +130,15 @@ void kv_prep_ref(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
 void kv_prep_stats(struct kv_sqe *sqe, uint32_t stats_off);
 void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data);
 
-/* Synchronous wrappers (libkvclient/ops.c): one round trip each. */
+/*
+ * Synchronous wrappers: one round trip each, using the start of the data
+ * area, so -EBUSY while asynchronous requests are queued or in flight.
+ * kv_alloc returns @nr with @nr ids in @ids (-ENOSPC pool exhausted, all
+ * or nothing; -E2BIG more ids than the data area or the pool can hold);
+ * kv_release / kv_ref return @nr (-EPERM an id not held, -EINVAL an id
+ * outside the namespace; nothing changes on error); kv_stats and kv_nop
+ * return 0. All return -ECONNRESET once kvd is gone.
+ */
 int kv_nop(struct kv_client *c);
 int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids);
 int kv_release(struct kv_client *c, const kv_block_t *ids, unsigned nr);
