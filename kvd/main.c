@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <linux/memfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
@@ -304,6 +305,25 @@ static int listen_on(const char *path, mode_t mode)
 	return fd;
 }
 
+/* Each client costs four fds (socket, ring, two eventfds): lift the
+ * soft limit to the hard one and warn when it is still short. */
+static void raise_nofile(uint32_t max_clients)
+{
+	struct rlimit rl;
+	rlim_t need = (rlim_t)max_clients * 4 + 64;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl))
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < need)
+		kvd_warn("RLIMIT_NOFILE %llu is below the %llu fds that %u clients need",
+			 (unsigned long long)rl.rlim_cur,
+			 (unsigned long long)need, max_clients);
+}
+
 static int signals_setup(void)
 {
 	sigset_t set;
@@ -402,6 +422,7 @@ int main(int argc, char **argv)
 	d->lock_fds[1] = lock_path(admin_path);
 	if (d->lock_fds[1] < 0)
 		goto out;
+	raise_nofile(d->cfg.max_clients);
 	if (books_init(d)) {
 		kvd_err("out of memory sizing the books");
 		goto out;
