@@ -54,18 +54,29 @@ static void cancel_op(struct kvd *d, struct kvd_client *c, int type)
 	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_IGNORE, 0, 0));
 }
 
+static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
+			 int nfds);
+
+/* No slot: say why before closing, so the client gets -EUSERS. */
+static void refuse_full(struct kvd *d, int fd)
+{
+	struct kv_welcome w = { .status = -EUSERS };
+
+	snprintf(w.errmsg, sizeof(w.errmsg), "all %u client slots in use",
+		 d->cfg.max_clients);
+	kvd_warn("refusing a client: %s", w.errmsg);
+	send_welcome(fd, &w, NULL, 0);
+	close(fd);
+}
+
 void kvd_client_accept(struct kvd *d, int fd)
 {
 	struct kvd_client *c = slot_get(d);
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 
-	if (!c) {
-		kvd_warn("refusing a client: all %u slots in use",
-			 d->cfg.max_clients);
-		close(fd);
-		return;
-	}
+	if (!c)
+		return refuse_full(d, fd);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
 		kvd_warn("SO_PEERCRED: %m");
 		close(fd);
@@ -88,8 +99,8 @@ void kvd_client_accept(struct kvd *d, int fd)
 	arm_ctrl(d, c);
 }
 
-static void send_welcome(struct kvd_client *c, struct kv_welcome *w,
-			 const int *fds, int nfds)
+static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
+			 int nfds)
 {
 	char cbuf[CMSG_SPACE(4 * sizeof(int))];
 	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
@@ -111,8 +122,8 @@ static void send_welcome(struct kvd_client *c, struct kv_welcome *w,
 		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
 		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
 	}
-	if (sendmsg(c->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-		kvd_dbg("client %u: WELCOME: %m", c->id);
+	if (sendmsg(sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		kvd_dbg("WELCOME: %m");
 }
 
 static void refuse(struct kvd *d, struct kvd_client *c, int err,
@@ -123,7 +134,7 @@ static void refuse(struct kvd *d, struct kvd_client *c, int err,
 	snprintf(w.errmsg, sizeof(w.errmsg), "%s", why);
 	kvd_info("client %u (pid %d uid %u) refused: %s", c->id, (int)c->pid,
 		 (unsigned)c->uid, why);
-	send_welcome(c, &w, NULL, 0);
+	send_welcome(c->sock, &w, NULL, 0);
 	kvd_client_kill(d, c, NULL);
 }
 
@@ -243,7 +254,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	fds[1] = c->sq_evfd;
 	fds[2] = c->cq_evfd;
 	fds[3] = d->pool_fd;
-	send_welcome(c, &w, fds, 4);
+	send_welcome(c->sock, &w, fds, 4);
 	c->state = KVD_CLIENT_LIVE;
 	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u", c->id,
 		 (int)c->pid, (unsigned)c->uid, c->ns->model_id, c->ns->id,

@@ -195,8 +195,9 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 		ret = c->sock;
 		goto err_free;
 	}
+	/* kvd may have refused and closed already: its WELCOME still waits. */
 	ret = send_hello(c->sock, p);
-	if (ret)
+	if (ret && ret != -EPIPE && ret != -ECONNRESET)
 		goto err_close_sock;
 	memset(&w, 0, sizeof(w));
 	ret = recv_welcome(c->sock, &w, fds);

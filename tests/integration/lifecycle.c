@@ -71,6 +71,22 @@ static void bad_options(struct t_kvd *k)
 	T_EQ(kill(k->pid, 0), 0);
 }
 
+/* With every client slot taken, a new client is told so. */
+static void full_refused(struct t_kvd *k)
+{
+	struct kv_connect_params p = { 0 };
+	struct kv_client *c2;
+	char err[160] = "";
+
+	p.socket_path = k->sock;
+	p.model_id = "m";
+	p.geom = t_geom();
+	p.errbuf = err;
+	p.errbuf_len = sizeof(err);
+	T_EQ(kv_connect(&p, &c2), -EUSERS);
+	T_ASSERT(strstr(err, "client slots in use"));
+}
+
 int main(void)
 {
 	struct kv_client *c;
@@ -93,9 +109,10 @@ int main(void)
 	T_EQ(stat(k.sock, &st), 0);		/* stale socket left behind */
 
 	/* A new kvd takes over the stale socket; clients reconnect. */
-	t_kvd_restart(&k, "16M", NULL);
+	t_kvd_restart(&k, "16M", "--max-clients", "1", NULL);
 	T_EQ(t_connect(&k, "m", NULL, &c), 0);
 	T_EQ(kv_alloc(c, 4, ids), 4);
+	full_refused(&k);
 	T_EQ(kv_disconnect(c), 0);
 
 	/* SIGINT stops it cleanly and removes both sockets. */
