@@ -89,7 +89,7 @@ $(O)/tests/unit/stubs.o: tests/unit/stubs.c $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd $(CFLAGS) -c -o $@ $<
 
-$(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h)
+$(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h kvd/*.c kernels/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd -Ikernels $(CFLAGS) -c -o $@ $<
@@ -138,8 +138,8 @@ man-check: $(LIB)
 # The tree must also build warning-free under clang.
 clang-check: $(DEPS_STAMP)
 	@echo "  CLANG   -fsyntax-only $(words $(KVD_SRCS) $(LIB_SRCS)) files + tools + tests"
-	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) tools/*.c tests/unit/*.c tests/integration/*.c; do \
-		clang $(BASE_CFLAGS) -Ikvd -fsyntax-only $$f || exit 1; done
+	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) $(wildcard kernels/*.c) tools/*.c tests/unit/*.c tests/integration/*.c; do \
+		clang $(BASE_CFLAGS) -Ikvd -Ikernels -fsyntax-only $$f || exit 1; done
 
 demo: all
 	$(Q)sh tools/demo.sh $(O)

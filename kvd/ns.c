@@ -78,8 +78,8 @@ static void ns_slab_geometry(struct kvd_ns *ns)
 		return;
 	}
 	/* Head and tail waste < 2 blocks: make that under 2% of the run. */
-	ns->slab_pages = (100 / KVD_SLAB_WASTE_PCT * bb + KV_PAGE_BYTES - 1) /
-			 KV_PAGE_BYTES;
+	ns->slab_pages = (2 * 100 / KVD_SLAB_WASTE_PCT * bb +
+			  KV_PAGE_BYTES - 1) / KV_PAGE_BYTES;
 	ns->slab_align = 1;
 }
 

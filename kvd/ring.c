@@ -149,7 +149,11 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 	tail = kv_smp_load_acquire(c->sq_ktail);
 	if (tail - head > c->sq_entries)
 		return -EPROTO;
-	c->cq_stalled = false;
+	if (c->cq_stalled) {
+		/* Served again: no doorbell needed after reaping. */
+		kv_atomic_andnot(c->sq_kflags, KV_SQ_CQ_FULL);
+		c->cq_stalled = false;
+	}
 	while (head != tail && done < budget) {
 		struct kv_sqe sqe;
 		struct kv_cqe *cqe;

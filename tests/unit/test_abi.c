@@ -26,6 +26,7 @@ static struct kv_geometry geom(uint32_t layers, uint32_t kv_heads,
 
 static void test_abi_struct_sizes(void **state)
 {
+	(void)state;
 	assert_int_equal(sizeof(struct kv_sqe), 64);
 	assert_int_equal(sizeof(struct kv_cqe), 16);
 	assert_int_equal(sizeof(struct kv_hello), 160);
@@ -38,6 +39,7 @@ static void test_abi_struct_sizes(void **state)
 
 static void test_abi_sqe_offsets(void **state)
 {
+	(void)state;
 	assert_int_equal(offsetof(struct kv_sqe, opcode), 0);
 	assert_int_equal(offsetof(struct kv_sqe, flags), 1);
 	assert_int_equal(offsetof(struct kv_sqe, resv0), 2);
@@ -51,6 +53,7 @@ static void test_abi_sqe_offsets(void **state)
 
 static void test_abi_cqe_offsets(void **state)
 {
+	(void)state;
 	assert_int_equal(offsetof(struct kv_cqe, user_data), 0);
 	assert_int_equal(offsetof(struct kv_cqe, res), 8);
 	assert_int_equal(offsetof(struct kv_cqe, flags), 12);
@@ -58,6 +61,7 @@ static void test_abi_cqe_offsets(void **state)
 
 static void test_abi_hello_welcome_offsets(void **state)
 {
+	(void)state;
 	assert_int_equal(offsetof(struct kv_hello, magic), 0);
 	assert_int_equal(offsetof(struct kv_hello, sq_entries), 16);
 	assert_int_equal(offsetof(struct kv_hello, model_id), 32);
@@ -70,6 +74,7 @@ static void test_abi_hello_welcome_offsets(void **state)
 
 static void test_abi_constants(void **state)
 {
+	(void)state;
 	assert_int_equal(KV_PAGE_BYTES, 2 << 20);
 	assert_int_equal(1UL << KV_PAGE_SHIFT, KV_PAGE_BYTES);
 	assert_int_equal(KV_MAGIC, 0x3144564b);
@@ -84,6 +89,7 @@ static void test_abi_constants(void **state)
 
 static void test_abi_dtype_bytes(void **state)
 {
+	(void)state;
 	assert_int_equal(kv_dtype_bytes(KV_DTYPE_FP16), 2);
 	assert_int_equal(kv_dtype_bytes(KV_DTYPE_BF16), 2);
 	assert_int_equal(kv_dtype_bytes(KV_DTYPE_FP32), 4);
@@ -97,6 +103,7 @@ static void test_abi_block_bytes_known(void **state)
 {
 	struct kv_geometry g;
 
+	(void)state;
 	/* Llama-3-8B like: 32 layers, 8 kv heads, 128 dim, 16 tokens, fp16. */
 	g = geom(32, 8, 128, 16, KV_DTYPE_FP16);
 	assert_int_equal(kv_geometry_block_bytes(&g), 2 << 20);
@@ -119,6 +126,7 @@ static void test_abi_block_bytes_64bit(void **state)
 {
 	struct kv_geometry g = geom(1024, 1024, 1024, 1024, KV_DTYPE_FP32);
 
+	(void)state;
 	/* 2^10 * 2 * 2^10 * 2^10 * 2^10 * 4 = 2^43: no 32-bit overflow. */
 	assert_true(kv_geometry_block_bytes(&g) == 1ULL << 43);
 }
@@ -127,6 +135,7 @@ static void test_abi_block_bytes_zero(void **state)
 {
 	struct kv_geometry g;
 
+	(void)state;
 	g = geom(32, 8, 128, 16, KV_DTYPE__MAX);
 	assert_int_equal(kv_geometry_block_bytes(&g), 0);
 	g = geom(32, 8, 128, 16, 77);

@@ -1,0 +1,935 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Namespaces, slabs, blocks and holds (kvd/ns.c).
+ *
+ * ns.c is included here, its exported names given a t_ prefix so they do
+ * not clash with ns.o, to reach its static hold_add(): no opcode shares a
+ * block between two holders yet (a prefix hit will), and release_all and
+ * the stress test need shared blocks. share() below does what a hit does.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#define kvd_geometry_check	t_kvd_geometry_check
+#define kvd_ns_init		t_kvd_ns_init
+#define kvd_ns_exit		t_kvd_ns_exit
+#define kvd_ns_match		t_kvd_ns_match
+#define kvd_holder_init		t_kvd_holder_init
+#define kvd_ns_alloc		t_kvd_ns_alloc
+#define kvd_ns_release		t_kvd_ns_release
+#define kvd_ns_ref		t_kvd_ns_ref
+#define kvd_ns_release_all	t_kvd_ns_release_all
+#define kvd_ns_hold_count	t_kvd_ns_hold_count
+#include "ns.c"
+
+#define MIB		(1ULL << 20)
+#define GEOM(l, k, d, t, dt)	{ .layers = (l), .kv_heads = (k), \
+				  .head_dim = (d), .block_tokens = (t), \
+				  .dtype = (dt) }
+#define NR_HOLDERS	3
+
+/* 32 layers, 8 kv heads, 128 dim, 16 tokens, fp16: 2 MiB. */
+static const struct kv_geometry g_2m = GEOM(32, 8, 128, 16, KV_DTYPE_FP16);
+/* 80 layers: 5 MiB, slabs of lcm(2, 5) = 10 MiB. */
+static const struct kv_geometry g_5m = GEOM(80, 8, 128, 16, KV_DTYPE_FP16);
+/* 16 layers, 8 tokens: 512 KiB, four blocks a page. */
+static const struct kv_geometry g_512k = GEOM(16, 8, 128, 8, KV_DTYPE_FP16);
+/* 332800 bytes = 2^10 * 325: lcm with 2 MiB is 325 pages. */
+static const struct kv_geometry g_odd = GEOM(13, 5, 80, 16, KV_DTYPE_FP16);
+
+struct ctx {
+	struct kvd_pool	pool;
+	struct kvd_ns	ns;
+	struct kvd_holder h[NR_HOLDERS];
+};
+
+static int ctx_setup(void **state)
+{
+	struct ctx *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		return -1;
+	for (uint32_t i = 0; i < NR_HOLDERS; i++)
+		kvd_holder_init(&t->h[i], 10 + i);
+	*state = t;
+	return 0;
+}
+
+static int ctx_teardown(void **state)
+{
+	struct ctx *t = *state;
+
+	kvd_ns_exit(&t->ns);
+	kvd_pool_exit(&t->pool);
+	free(t);
+	return 0;
+}
+
+static void ns_up(struct ctx *t, uint32_t pages, const struct kv_geometry *g)
+{
+	assert_int_equal(kvd_pool_init(&t->pool, pages), 0);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "model", g), 0);
+}
+
+/* What a prefix hit will do: @to takes one more ref on held block @id. */
+static void share(struct kvd_ns *ns, struct kvd_holder *to, uint32_t id)
+{
+	uint32_t i = hold_find(&ns->holds, to->slot, id);
+
+	assert_int_equal(ns->blocks[id].state, KVD_BLOCK_HELD);
+	if (i == KVD_NIL) {
+		hold_add(&ns->holds, to, id);
+	} else {
+		ns->holds.nodes[i].count++;
+		to->nr_refs++;
+	}
+	ns->blocks[id].ref++;
+}
+
+/* Every page that holds a byte of block @id belongs to a slab. */
+static void assert_block_pages_used(const struct kvd_ns *ns, uint32_t id)
+{
+	uint64_t start = (uint64_t)id * ns->block_bytes;
+	uint64_t end = start + ns->block_bytes;
+
+	assert_true(end <= ns->pool->bytes);
+	for (uint64_t p = start / KV_PAGE_BYTES; p * KV_PAGE_BYTES < end; p++)
+		assert_true(kvd_pool_page_used(ns->pool, (uint32_t)p));
+}
+
+/* Block @id lies inside its slab, which is live. */
+static void assert_block_in_slab(const struct kvd_ns *ns, uint32_t id)
+{
+	const struct kvd_slab *s = &ns->slabs[ns->blocks[id].slab];
+	uint64_t start = (uint64_t)s->first_page * KV_PAGE_BYTES;
+
+	assert_true(s->live);
+	assert_in_range(id, s->first_block, s->first_block + s->nr_blocks - 1);
+	assert_true((uint64_t)id * ns->block_bytes >= start);
+	assert_true((uint64_t)(id + 1) * ns->block_bytes <=
+		    start + ns->slab_bytes);
+}
+
+/* ---- geometry ---- */
+
+static void expect_bad(const struct kv_geometry *g, uint64_t pool_bytes,
+		       int err)
+{
+	const char *why = NULL;
+
+	assert_int_equal(kvd_geometry_check(g, pool_bytes, &why), err);
+	assert_non_null(why);
+	assert_true(strlen(why) > 0);
+}
+
+static void test_ns_geometry_check_errors(void **state)
+{
+	const uint64_t pool = 1ULL << 40;
+	struct kv_geometry g;
+
+	(void)state;
+	for (int f = 0; f < 4; f++) {
+		uint32_t *cnt[] = { &g.layers, &g.kv_heads, &g.head_dim,
+				    &g.block_tokens };
+
+		g = g_2m;
+		*cnt[f] = 0;
+		expect_bad(&g, pool, -EINVAL);
+		*cnt[f] = 1025;
+		expect_bad(&g, pool, -EINVAL);
+		*cnt[f] = UINT32_MAX;
+		expect_bad(&g, pool, -EINVAL);
+	}
+	g = g_2m;
+	g.dtype = KV_DTYPE__MAX;
+	expect_bad(&g, pool, -EINVAL);
+	g = g_2m;
+	g.quant = 1;
+	expect_bad(&g, pool, -EINVAL);
+	g = g_2m;
+	g.resv[0] = 1;
+	expect_bad(&g, pool, -EINVAL);
+	g = g_2m;
+	g.resv[1] = 0x80000000U;
+	expect_bad(&g, pool, -EINVAL);
+	/* 1 * 2 * 1 * 1 * 1 * 2 = 4 bytes: not a multiple of 256. */
+	g = (struct kv_geometry)GEOM(1, 1, 1, 1, KV_DTYPE_FP16);
+	expect_bad(&g, pool, -EINVAL);
+	/* 2 * 1 * 3 * 1 * 64 * 1 = 384 bytes. */
+	g = (struct kv_geometry)GEOM(3, 1, 64, 1, KV_DTYPE_INT8);
+	expect_bad(&g, pool, -EINVAL);
+	/* 1024 * 2 * 16 * 256 * 128 * 2 = 2 GiB > 1 GiB. */
+	g = (struct kv_geometry)GEOM(1024, 16, 128, 256, KV_DTYPE_FP16);
+	expect_bad(&g, pool, -EINVAL);
+	/* Larger than half the pool. */
+	expect_bad(&g_2m, 4 * MIB - 1, -E2BIG);
+	expect_bad(&g_5m, 8 * MIB, -E2BIG);
+}
+
+static void test_ns_geometry_check_ok(void **state)
+{
+	const char *why = NULL;
+	struct kv_geometry g;
+
+	(void)state;
+	assert_int_equal(kvd_geometry_check(&g_2m, 4 * MIB, &why), 0);
+	assert_int_equal(kvd_geometry_check(&g_5m, 10 * MIB, &why), 0);
+	assert_int_equal(kvd_geometry_check(&g_512k, 1 * MIB, &why), 0);
+	assert_int_equal(kvd_geometry_check(&g_odd, 1 << 30, &why), 0);
+	/* Exactly 1 GiB, and every count at its limit of 1024. */
+	g = (struct kv_geometry)GEOM(1024, 8, 128, 256, KV_DTYPE_FP16);
+	assert_int_equal(kvd_geometry_check(&g, 2ULL << 30, &why), 0);
+	g = (struct kv_geometry)GEOM(1024, 1024, 1, 1, KV_DTYPE_INT8);
+	assert_int_equal(kvd_geometry_check(&g, 1ULL << 30, &why), 0);
+	g = (struct kv_geometry)GEOM(1, 1, 1024, 1024, KV_DTYPE_FP32);
+	assert_int_equal(kvd_geometry_check(&g, 1ULL << 30, &why), 0);
+	assert_null(why);
+}
+
+static void test_ns_init_geometry_2m(void **state)
+{
+	struct ctx *t = *state;
+
+	ns_up(t, 16, &g_2m);
+	assert_true(t->ns.live);
+	assert_int_equal(t->ns.block_bytes, 2 * MIB);
+	assert_int_equal(t->ns.slab_pages, 1);
+	assert_int_equal(t->ns.slab_align, 1);
+	assert_int_equal(t->ns.slab_bytes, 2 * MIB);
+	assert_int_equal(t->ns.max_blocks, 16);
+	assert_int_equal(t->ns.nr_slabs, 0);
+	assert_int_equal(t->pool.pages_used, 0);
+}
+
+/* 5 MiB blocks: slabs of 5 pages (two blocks) at multiples of 10 MiB. */
+static void test_ns_init_geometry_5m(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[8];
+
+	ns_up(t, 22, &g_5m);
+	assert_int_equal(t->ns.block_bytes, 5 * MIB);
+	assert_int_equal(t->ns.slab_pages, 5);
+	assert_int_equal(t->ns.slab_align, 5);
+	assert_int_equal(t->ns.max_blocks, 8);	/* 44 MiB / 5 MiB */
+	/* Pages 20 and 21 are no aligned slab: 4 slabs, 8 blocks. */
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 8), 8);
+	assert_int_equal(t->pool.pages_used, 20);
+	assert_int_equal(t->ns.nr_slabs, 4);
+	assert_int_equal(t->ns.nr_blocks, 8);
+	for (uint32_t s = 0; s < t->ns.max_slabs; s++) {
+		const struct kvd_slab *sl = &t->ns.slabs[s];
+		uint64_t start = (uint64_t)sl->first_page * KV_PAGE_BYTES;
+
+		if (!sl->live)
+			continue;
+		assert_int_equal(start % (10 * MIB), 0);
+		assert_int_equal(sl->first_block, start / (5 * MIB));
+		/* Zero waste: the slab is its blocks. */
+		assert_int_equal(sl->nr_blocks * 5 * MIB, t->ns.slab_bytes);
+	}
+	for (uint32_t i = 0; i < 8; i++) {
+		assert_block_in_slab(&t->ns, ids[i]);
+		assert_block_pages_used(&t->ns, ids[i]);
+	}
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 1), -ENOSPC);
+}
+
+static void test_ns_init_too_big(void **state)
+{
+	struct ctx *t = *state;
+
+	/* A 10 MiB slab cannot come out of a 4-page pool. */
+	assert_int_equal(kvd_pool_init(&t->pool, 4), 0);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g_5m), -E2BIG);
+	assert_false(t->ns.live);
+}
+
+/* Huge lcm: plain-page slabs, < 2% waste, blocks inside their slab. */
+static void test_ns_odd_geometry_slabs(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t id, n = 0;
+
+	ns_up(t, 64, &g_odd);
+	assert_int_equal(t->ns.block_bytes, 332800);
+	assert_int_equal(t->ns.slab_align, 1);
+	assert_true(t->ns.slab_pages < 325);
+	assert_int_equal(t->ns.max_blocks, 64 * KV_PAGE_BYTES / 332800);
+	while (kvd_ns_alloc(&t->ns, &t->h[0], &id, 1) == 1) {
+		assert_in_range(id, 0, t->ns.max_blocks - 1);
+		assert_block_in_slab(&t->ns, id);
+		assert_block_pages_used(&t->ns, id);
+		n++;
+	}
+	assert_int_equal(n, t->ns.nr_blocks);
+	assert_int_equal(t->ns.nr_slabs, 64 / t->ns.slab_pages);
+	for (uint32_t s = 0; s < t->ns.max_slabs; s++) {
+		const struct kvd_slab *sl = &t->ns.slabs[s];
+		uint64_t waste = t->ns.slab_bytes -
+				 (uint64_t)sl->nr_blocks * 332800;
+
+		assert_true(sl->live);
+		print_message("slab at page %u: %u blocks, waste %.2f%%\n",
+			      sl->first_page, sl->nr_blocks,
+			      100.0 * waste / t->ns.slab_bytes);
+		assert_true(waste * 100 < 2 * t->ns.slab_bytes);
+	}
+}
+
+/* The < 2% bound holds wherever the slab starts. */
+static void test_ns_odd_geometry_any_start(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t id;
+
+	for (uint32_t first = 0; first < 48; first++) {
+		const struct kvd_slab *sl;
+		uint64_t waste;
+
+		assert_int_equal(kvd_pool_init(&t->pool, 64), 0);
+		if (first)
+			assert_int_equal(kvd_pool_alloc_run(&t->pool, first, 1),
+					 0);
+		assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g_odd),
+				 0);
+		assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], &id, 1), 1);
+		sl = &t->ns.slabs[t->ns.blocks[id].slab];
+		assert_int_equal(sl->first_page, first);
+		assert_block_in_slab(&t->ns, id);
+		waste = t->ns.slab_bytes - (uint64_t)sl->nr_blocks * 332800;
+		assert_true(waste * 100 < 2 * t->ns.slab_bytes);
+		kvd_ns_release_all(&t->ns, &t->h[0]);
+		assert_int_equal(t->pool.pages_used, first);
+		kvd_ns_exit(&t->ns);
+		kvd_pool_exit(&t->pool);
+	}
+}
+
+static void test_ns_match(void **state)
+{
+	struct ctx *t = *state;
+	struct kv_geometry g = g_2m;
+
+	ns_up(t, 4, &g_2m);
+	assert_true(kvd_ns_match(&t->ns, "model", &g_2m));
+	assert_false(kvd_ns_match(&t->ns, "model2", &g_2m));
+	g.block_tokens = 32;
+	assert_false(kvd_ns_match(&t->ns, "model", &g));
+}
+
+/* ---- alloc ---- */
+
+static void test_ns_alloc_distinct_ids(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[16];
+
+	ns_up(t, 16, &g_2m);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 16), 16);
+	for (uint32_t i = 0; i < 16; i++) {
+		assert_in_range(ids[i], 0, t->ns.max_blocks - 1);
+		for (uint32_t j = 0; j < i; j++)
+			assert_int_not_equal(ids[i], ids[j]);
+		assert_int_equal(t->ns.blocks[ids[i]].ref, 1);
+		assert_int_equal(t->ns.blocks[ids[i]].state, KVD_BLOCK_HELD);
+		assert_int_equal(kvd_ns_hold_count(&t->ns, 10, ids[i]), 1);
+		assert_int_equal(kvd_ns_hold_count(&t->ns, 11, ids[i]), 0);
+		assert_block_pages_used(&t->ns, ids[i]);
+	}
+	assert_int_equal(t->ns.blocks_used, 16);
+	assert_int_equal(t->pool.pages_used, 16);
+	assert_int_equal(t->h[0].nr_blocks, 16);
+	assert_int_equal(t->h[0].nr_refs, 16);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], ids, 1), -ENOSPC);
+}
+
+/* Blocks that share pages: the bytes of each lie in used pages. */
+static void test_ns_alloc_bytes_in_used_pages(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[64];
+
+	ns_up(t, 8, &g_512k);
+	assert_int_equal(t->ns.slab_pages, 1);
+	assert_int_equal(t->ns.max_blocks, 32);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 9), 9);
+	assert_int_equal(t->pool.pages_used, 3);
+	for (uint32_t i = 0; i < 9; i++) {
+		assert_block_in_slab(&t->ns, ids[i]);
+		assert_block_pages_used(&t->ns, ids[i]);
+	}
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids + 9, 23), 23);
+	for (uint32_t i = 0; i < 32; i++)
+		assert_block_pages_used(&t->ns, ids[i]);
+	assert_int_equal(t->pool.pages_used, 8);
+}
+
+static void test_ns_alloc_all_or_nothing(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[8], more[8];
+
+	ns_up(t, 20, &g_5m);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 5), 5);
+	assert_int_equal(t->pool.pages_used, 15);
+	assert_int_equal(t->ns.nr_slabs, 3);
+	/* One free block in slab 3, two in a new slab 4: one short. */
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], more, 4), -ENOSPC);
+	assert_int_equal(t->pool.pages_used, 15);
+	assert_int_equal(t->ns.nr_slabs, 3);
+	assert_int_equal(t->ns.nr_blocks, 6);
+	assert_int_equal(t->ns.blocks_used, 5);
+	assert_int_equal(t->ns.holds.nr, 5);
+	assert_int_equal(t->h[1].nr_blocks, 0);
+	assert_int_equal(t->h[1].nr_refs, 0);
+	assert_int_equal(t->h[1].head, KVD_NIL);
+	assert_int_equal(t->h[0].nr_blocks, 5);
+	/* And exactly what is left still comes out. */
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], more, 3), 3);
+	assert_int_equal(t->pool.pages_used, 20);
+	assert_int_equal(t->ns.blocks_used, 8);
+}
+
+static void test_ns_alloc_einval_e2big(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[17];
+
+	ns_up(t, 16, &g_2m);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 0), -EINVAL);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 17), -E2BIG);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, UINT32_MAX),
+			 -E2BIG);
+	assert_int_equal(t->pool.pages_used, 0);
+	assert_int_equal(t->ns.blocks_used, 0);
+	assert_int_equal(t->h[0].nr_blocks, 0);
+}
+
+/* ---- release and ref ---- */
+
+struct snap {
+	uint32_t	ref[4];
+	uint32_t	cnt[2][4];
+	uint32_t	nr_blocks[2], nr_refs[2];
+	uint32_t	blocks_used, pages_used;
+};
+
+static void snap_take(struct ctx *t, const uint32_t *ids, struct snap *s)
+{
+	memset(s, 0, sizeof(*s));
+	for (int i = 0; i < 4; i++) {
+		s->ref[i] = t->ns.blocks[ids[i]].ref;
+		for (int h = 0; h < 2; h++)
+			s->cnt[h][i] = kvd_ns_hold_count(&t->ns, t->h[h].slot,
+							 ids[i]);
+	}
+	for (int h = 0; h < 2; h++) {
+		s->nr_blocks[h] = t->h[h].nr_blocks;
+		s->nr_refs[h] = t->h[h].nr_refs;
+	}
+	s->blocks_used = t->ns.blocks_used;
+	s->pages_used = t->pool.pages_used;
+}
+
+static void assert_unchanged(struct ctx *t, const uint32_t *ids,
+			     const struct snap *before)
+{
+	struct snap now;
+
+	snap_take(t, ids, &now);
+	assert_memory_equal(&now, before, sizeof(now));
+}
+
+/* h0 holds a (twice) and b; h1 holds c and d. */
+static void setup_abcd(struct ctx *t, uint32_t *ids)
+{
+	ns_up(t, 16, &g_512k);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 2), 2);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], ids + 2, 2), 2);
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], ids, 1), 1);
+}
+
+static void test_ns_release_eperm(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4], xy[2], bad[1];
+	struct snap s;
+
+	setup_abcd(t, ids);
+	/* x: a free block in a live slab (y keeps the slab). */
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[2], xy, 2), 2);
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[2], xy, 1), 1);
+	assert_int_equal(t->ns.blocks[xy[0]].state, KVD_BLOCK_FREE);
+	snap_take(t, ids, &s);
+	/* Held by another holder. */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], &ids[2], 1), -EPERM);
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[1], &ids[0], 1), -EPERM);
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], &xy[1], 1), -EPERM);
+	/* Held by nobody: in a live slab, and in no slab at all. */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], xy, 1), -EPERM);
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[2], xy, 1), -EPERM);
+	bad[0] = t->ns.max_blocks - 1;
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], bad, 1), -EPERM);
+	/* A third holder that holds nothing at all. */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[2], ids, 1), -EPERM);
+	assert_unchanged(t, ids, &s);
+}
+
+static void test_ns_release_einval(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4], bad[3];
+	struct snap s;
+
+	setup_abcd(t, ids);
+	snap_take(t, ids, &s);
+	bad[0] = t->ns.max_blocks;
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], bad, 1), -EINVAL);
+	bad[0] = UINT32_MAX;
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], bad, 1), -EINVAL);
+	/* After good ids: they are undone. */
+	bad[0] = ids[0];
+	bad[1] = ids[1];
+	bad[2] = t->ns.max_blocks;
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], bad, 3), -EINVAL);
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], ids, 0), -EINVAL);
+	assert_unchanged(t, ids, &s);
+}
+
+static void test_ns_release_duplicates(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4], dup[3];
+	struct snap s;
+
+	setup_abcd(t, ids);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 10, ids[0]), 2);
+	assert_int_equal(t->ns.blocks[ids[0]].ref, 2);
+	snap_take(t, ids, &s);
+	/* a is held twice: three times is once too often. */
+	dup[0] = dup[1] = dup[2] = ids[0];
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], dup, 3), -EPERM);
+	assert_unchanged(t, ids, &s);
+	/* b once, then b again: held only once. */
+	dup[0] = ids[1];
+	dup[1] = ids[0];
+	dup[2] = ids[1];
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], dup, 3), -EPERM);
+	assert_unchanged(t, ids, &s);
+	/* a and b once each is fine, and frees b. */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], dup + 1, 2), 2);
+	assert_int_equal(t->ns.blocks[ids[1]].state, KVD_BLOCK_FREE);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 10, ids[1]), 0);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 10, ids[0]), 1);
+	assert_int_equal(t->ns.blocks[ids[0]].ref, 1);
+	assert_int_equal(t->h[0].nr_blocks, 1);
+	assert_int_equal(t->h[0].nr_refs, 1);
+	assert_int_equal(t->ns.blocks_used, 3);
+	dup[0] = dup[1] = ids[0];
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], dup, 2), -EPERM);
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], dup, 1), 1);
+	assert_int_equal(t->h[0].nr_blocks, 0);
+	assert_int_equal(t->h[0].nr_refs, 0);
+	assert_int_equal(t->h[0].head, KVD_NIL);
+	assert_int_equal(t->ns.blocks_used, 2);
+}
+
+/* A failure after good ids undoes them: counts and refs are kept. */
+static void test_ns_release_all_or_nothing(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4], mix[4];
+	struct snap s;
+
+	setup_abcd(t, ids);
+	snap_take(t, ids, &s);
+	mix[0] = ids[0];
+	mix[1] = ids[1];
+	mix[2] = ids[0];
+	mix[3] = ids[3];	/* h1's */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], mix, 4), -EPERM);
+	assert_unchanged(t, ids, &s);
+	mix[3] = ids[1];	/* b a second time */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], mix, 4), -EPERM);
+	assert_unchanged(t, ids, &s);
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], mix, 3), 3);
+	assert_int_equal(t->h[0].nr_blocks, 0);
+	assert_int_equal(t->ns.blocks_used, 2);
+}
+
+static void test_ns_ref(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4], v[3];
+	struct snap s;
+
+	setup_abcd(t, ids);
+	assert_int_equal(t->h[0].nr_refs, 3);
+	v[0] = ids[1];
+	v[1] = ids[1];
+	v[2] = ids[0];
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], v, 3), 3);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 10, ids[0]), 3);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 10, ids[1]), 3);
+	assert_int_equal(t->ns.blocks[ids[0]].ref, 3);
+	assert_int_equal(t->ns.blocks[ids[1]].ref, 3);
+	assert_int_equal(t->h[0].nr_refs, 6);
+	assert_int_equal(t->h[0].nr_blocks, 2);
+	assert_int_equal(t->ns.blocks_used, 4);
+
+	snap_take(t, ids, &s);
+	/* Not held by the caller: all or nothing. */
+	v[2] = ids[2];
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], v, 3), -EPERM);
+	v[2] = t->ns.max_blocks - 1;	/* in no slab */
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], v, 3), -EPERM);
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[2], ids, 1), -EPERM);
+	v[2] = t->ns.max_blocks;
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], v, 3), -EINVAL);
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], v, 0), -EINVAL);
+	assert_unchanged(t, ids, &s);
+}
+
+/* ---- slabs back to the pool ---- */
+
+static void test_ns_free_slab_returns_to_pool(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[6];
+
+	ns_up(t, 4, &g_512k);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 6), 6);
+	assert_int_equal(t->pool.pages_used, 2);
+	assert_int_equal(t->ns.nr_slabs, 2);
+	assert_int_equal(t->ns.nr_blocks, 8);
+	/* Free the two blocks of the second slab... */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], ids + 4, 2), 2);
+	assert_int_equal(t->pool.pages_used, 1);
+	assert_int_equal(t->ns.nr_slabs, 1);
+	assert_int_equal(t->ns.nr_blocks, 4);
+	for (uint32_t i = 4; i < 6; i++)
+		assert_int_equal(t->ns.blocks[ids[i]].state, KVD_BLOCK_NONE);
+	/* ...and all but one of the first: the slab stays. */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], ids, 3), 3);
+	assert_int_equal(t->pool.pages_used, 1);
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], ids + 3, 1), 1);
+	assert_int_equal(t->pool.pages_used, 0);
+	assert_int_equal(t->pool.peak_pages_used, 2);
+	assert_int_equal(t->ns.nr_slabs, 0);
+	assert_int_equal(t->ns.nr_blocks, 0);
+	assert_int_equal(t->ns.blocks_used, 0);
+	assert_int_equal(t->ns.holds.nr, 0);
+	for (uint32_t i = 0; i < t->ns.max_blocks; i++)
+		assert_int_equal(t->ns.blocks[i].state, KVD_BLOCK_NONE);
+	/* The memory is there for the next slab (of any namespace). */
+	assert_int_equal(kvd_pool_alloc_run(&t->pool, 4, 4), 0);
+	kvd_pool_free_run(&t->pool, 0, 4);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], ids, 6), 6);
+	assert_int_equal(t->pool.pages_used, 2);
+}
+
+static void test_ns_release_all(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t a[6], b[2];
+
+	ns_up(t, 8, &g_512k);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], a, 6), 6);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], b, 2), 2);
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], a, 3), 3);
+	/* a[0] is held by both: twice by h0, twice by h1. */
+	share(&t->ns, &t->h[1], a[0]);
+	share(&t->ns, &t->h[1], a[0]);
+	assert_int_equal(t->ns.blocks[a[0]].ref, 4);
+	assert_int_equal(t->pool.pages_used, 2);
+
+	kvd_ns_release_all(&t->ns, &t->h[0]);
+	assert_int_equal(t->h[0].head, KVD_NIL);
+	assert_int_equal(t->h[0].nr_blocks, 0);
+	assert_int_equal(t->h[0].nr_refs, 0);
+	assert_int_equal(t->ns.blocks[a[0]].ref, 2);
+	assert_int_equal(t->ns.blocks[a[0]].state, KVD_BLOCK_HELD);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 10, a[0]), 0);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 11, a[0]), 2);
+	for (int i = 1; i < 6; i++) {
+		assert_int_not_equal(t->ns.blocks[a[i]].state, KVD_BLOCK_HELD);
+		assert_int_equal(kvd_ns_hold_count(&t->ns, 10, a[i]), 0);
+	}
+	assert_int_equal(t->ns.blocks_used, 3);
+	assert_int_equal(t->h[1].nr_blocks, 3);
+	assert_int_equal(t->h[1].nr_refs, 4);
+	assert_int_equal(t->ns.holds.nr, 3);
+	assert_block_pages_used(&t->ns, a[0]);
+	/* Again: nothing left to drop. */
+	kvd_ns_release_all(&t->ns, &t->h[0]);
+	assert_int_equal(t->ns.blocks_used, 3);
+
+	kvd_ns_release_all(&t->ns, &t->h[1]);
+	assert_int_equal(t->ns.blocks_used, 0);
+	assert_int_equal(t->ns.nr_slabs, 0);
+	assert_int_equal(t->ns.holds.nr, 0);
+	assert_int_equal(t->pool.pages_used, 0);
+}
+
+/* ---- stress against a shadow model ---- */
+
+struct model {
+	struct ctx	*t;
+	uint32_t	max;
+	uint32_t	*cnt[NR_HOLDERS];	/* [max_blocks] each */
+	uint32_t	*pick;			/* [max_blocks * 8] */
+	bool		aligned;		/* lcm slabs: exact -ENOSPC */
+	uint32_t	nr_ok, nr_enospc, nr_err;	/* what the steps met */
+};
+
+static uint32_t rnd(uint32_t n)
+{
+	return (uint32_t)rand() % n;
+}
+
+static uint32_t model_sum(const struct model *m, uint32_t id)
+{
+	uint32_t s = 0;
+
+	for (int h = 0; h < NR_HOLDERS; h++)
+		s += m->cnt[h][id];
+	return s;
+}
+
+static void model_check(const struct model *m)
+{
+	const struct kvd_ns *ns = &m->t->ns;
+	uint32_t used = 0, holds = 0, blocks[NR_HOLDERS] = { 0 };
+	uint32_t refs[NR_HOLDERS] = { 0 };
+
+	for (uint32_t id = 0; id < m->max; id++) {
+		uint32_t sum = model_sum(m, id);
+
+		for (int h = 0; h < NR_HOLDERS; h++) {
+			uint32_t c = m->cnt[h][id];
+
+			assert_int_equal(kvd_ns_hold_count(ns, 10 + h, id), c);
+			blocks[h] += c > 0;
+			refs[h] += c;
+			holds += c > 0;
+		}
+		if (!sum) {
+			assert_int_not_equal(ns->blocks[id].state,
+					     KVD_BLOCK_HELD);
+			continue;
+		}
+		used++;
+		assert_int_equal(ns->blocks[id].state, KVD_BLOCK_HELD);
+		assert_int_equal(ns->blocks[id].ref, sum);
+		assert_block_in_slab(ns, id);
+		assert_block_pages_used(ns, id);
+	}
+	assert_int_equal(ns->blocks_used, used);
+	assert_int_equal(ns->holds.nr, holds);
+	for (int h = 0; h < NR_HOLDERS; h++) {
+		assert_int_equal(m->t->h[h].nr_blocks, blocks[h]);
+		assert_int_equal(m->t->h[h].nr_refs, refs[h]);
+	}
+	assert_int_equal(m->t->pool.pages_used, ns->nr_slabs * ns->slab_pages);
+}
+
+/* Up to @n ids that holder @h holds, each at most as often as held. */
+static uint32_t model_pick(struct model *m, int h, uint32_t *out, uint32_t n)
+{
+	uint32_t nr = 0, k = 0;
+
+	for (uint32_t id = 0; id < m->max; id++)
+		for (uint32_t c = 0; c < m->cnt[h][id] && c < 8; c++)
+			m->pick[nr++] = id;
+	while (k < n && nr) {
+		uint32_t i = rnd(nr);
+
+		out[k++] = m->pick[i];
+		m->pick[i] = m->pick[--nr];
+	}
+	return k;
+}
+
+static void step_alloc(struct model *m, int h)
+{
+	struct kvd_ns *ns = &m->t->ns;
+	uint32_t ids[16], nr = 1 + rnd(rnd(4) ? 4 : 16);
+	int ret = kvd_ns_alloc(ns, &m->t->h[h], ids, nr);
+
+	if (nr > m->max) {
+		assert_int_equal(ret, -E2BIG);
+		return;
+	}
+	if (ret == -ENOSPC) {
+		uint64_t room = ns->nr_blocks - ns->blocks_used +
+			(uint64_t)(ns->max_slabs - ns->nr_slabs) *
+			(ns->slab_bytes / ns->block_bytes);
+
+		if (m->aligned)
+			assert_true(room < nr);
+		m->nr_enospc++;
+		return;
+	}
+	assert_int_equal(ret, nr);
+	m->nr_ok++;
+	for (uint32_t i = 0; i < nr; i++) {
+		assert_in_range(ids[i], 0, m->max - 1);
+		assert_int_equal(model_sum(m, ids[i]), 0);
+		m->cnt[h][ids[i]] = 1;	/* a duplicate fails next check */
+	}
+}
+
+static void step_ref(struct model *m, int h)
+{
+	uint32_t ids[5], n = model_pick(m, h, ids, 1 + rnd(4));
+
+	if (!n)
+		return;
+	if (rnd(2))
+		ids[n++] = ids[0];	/* twice the same is fine */
+	assert_int_equal(kvd_ns_ref(&m->t->ns, &m->t->h[h], ids, n), n);
+	for (uint32_t i = 0; i < n; i++)
+		m->cnt[h][ids[i]]++;
+}
+
+static void step_release(struct model *m, int h)
+{
+	uint32_t ids[5], n = model_pick(m, h, ids, 1 + rnd(4));
+	int bad = rnd(4), err = 0;
+
+	if (!n)
+		return;
+	if (!bad) {
+		/* One entry too many: something h does not hold (enough). */
+		uint32_t id = rnd(m->max);
+
+		err = m->cnt[h][id] > 0 ? 0 : -EPERM;
+		if (!err) {
+			uint32_t seen = 0;
+
+			for (uint32_t i = 0; i < n; i++)
+				seen += ids[i] == id;
+			err = seen + 1 > m->cnt[h][id] ? -EPERM : 0;
+		}
+		if (rnd(8) == 0) {
+			id = m->max + rnd(3);
+			err = -EINVAL;
+		}
+		ids[n++] = id;
+	}
+	if (err) {
+		assert_int_equal(kvd_ns_release(&m->t->ns, &m->t->h[h], ids, n),
+				 err);
+		m->nr_err++;
+		return;
+	}
+	assert_int_equal(kvd_ns_release(&m->t->ns, &m->t->h[h], ids, n), n);
+	for (uint32_t i = 0; i < n; i++)
+		m->cnt[h][ids[i]]--;
+}
+
+static void step_share(struct model *m, int h)
+{
+	uint32_t id, from = rnd(NR_HOLDERS);
+
+	if (!model_pick(m, (int)from, &id, 1))
+		return;
+	share(&m->t->ns, &m->t->h[h], id);
+	m->cnt[h][id]++;
+}
+
+static void stress(struct ctx *t, uint32_t pages, const struct kv_geometry *g,
+		   bool aligned, unsigned int seed)
+{
+	struct model m = { .t = t, .aligned = aligned };
+
+	srand(seed);
+	ns_up(t, pages, g);
+	m.max = t->ns.max_blocks;
+	for (int h = 0; h < NR_HOLDERS; h++)
+		m.cnt[h] = calloc(m.max, sizeof(uint32_t));
+	m.pick = calloc((size_t)m.max * 8 * NR_HOLDERS, sizeof(uint32_t));
+	for (int step = 0; step < 3000; step++) {
+		int h = (int)rnd(NR_HOLDERS), op = (int)rnd(100);
+
+		if (op < 35)
+			step_alloc(&m, h);
+		else if (op < 50)
+			step_ref(&m, h);
+		else if (op < 88)
+			step_release(&m, h);
+		else if (op < 97)
+			step_share(&m, h);
+		else {
+			kvd_ns_release_all(&t->ns, &t->h[h]);
+			memset(m.cnt[h], 0, m.max * sizeof(uint32_t));
+		}
+		model_check(&m);
+	}
+	for (int h = 0; h < NR_HOLDERS; h++) {
+		kvd_ns_release_all(&t->ns, &t->h[h]);
+		memset(m.cnt[h], 0, m.max * sizeof(uint32_t));
+	}
+	model_check(&m);
+	assert_int_equal(t->pool.pages_used, 0);
+	print_message("%u allocs, %u -ENOSPC, %u bad releases, peak %u pages\n",
+		      m.nr_ok, m.nr_enospc, m.nr_err,
+		      t->pool.peak_pages_used);
+	assert_true(m.nr_enospc > 0 && m.nr_err > 0);
+	for (int h = 0; h < NR_HOLDERS; h++)
+		free(m.cnt[h]);
+	free(m.pick);
+}
+
+static void test_ns_stress_512k(void **state)
+{
+	stress(*state, 8, &g_512k, true, 1);
+}
+
+static void test_ns_stress_5m(void **state)
+{
+	stress(*state, 21, &g_5m, true, 2);
+}
+
+static void test_ns_stress_odd(void **state)
+{
+	stress(*state, 40, &g_odd, false, 3);
+}
+
+#define T(f)	cmocka_unit_test_setup_teardown(f, ctx_setup, ctx_teardown)
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		T(test_ns_geometry_check_errors),
+		T(test_ns_geometry_check_ok),
+		T(test_ns_init_geometry_2m),
+		T(test_ns_init_geometry_5m),
+		T(test_ns_init_too_big),
+		T(test_ns_odd_geometry_slabs),
+		T(test_ns_odd_geometry_any_start),
+		T(test_ns_match),
+		T(test_ns_alloc_distinct_ids),
+		T(test_ns_alloc_bytes_in_used_pages),
+		T(test_ns_alloc_all_or_nothing),
+		T(test_ns_alloc_einval_e2big),
+		T(test_ns_release_eperm),
+		T(test_ns_release_einval),
+		T(test_ns_release_duplicates),
+		T(test_ns_release_all_or_nothing),
+		T(test_ns_ref),
+		T(test_ns_free_slab_returns_to_pool),
+		T(test_ns_release_all),
+		T(test_ns_stress_512k),
+		T(test_ns_stress_5m),
+		T(test_ns_stress_odd),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
