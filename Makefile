@@ -147,15 +147,13 @@ demo: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin \
 		$(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/kv \
-		$(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man7 \
-		$(DESTDIR)$(PREFIX)/share/man/man8
+		$(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 755 $(O)/kvd $(DESTDIR)$(PREFIX)/sbin/kvd
 	install -m 755 $(O)/kvctl $(O)/kvbench $(DESTDIR)$(PREFIX)/bin/
 	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvclient.so
 	install -m 644 include/kv/*.h $(DESTDIR)$(PREFIX)/include/kv/
 	cp -P man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
-	cp -P man/man7/*.7 $(DESTDIR)$(PREFIX)/share/man/man7/
 	cp -P man/man8/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 
 clean:

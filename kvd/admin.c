@@ -37,7 +37,8 @@ static size_t fill_ns(struct kvd *d, void *buf)
 	struct kv_admin_ns *r = buf;
 	size_t n = 0;
 
-	for (uint32_t i = 0; i < d->cfg.max_namespaces; i++) {
+	for (uint32_t i = 0; i < d->cfg.max_namespaces &&
+	     n < KV_ADMIN_MAX_RECORDS; i++) {
 		const struct kvd_ns *ns = &d->ns[i];
 
 		if (!ns->live)
@@ -88,8 +89,7 @@ static size_t fill_clients(struct kvd *d, void *buf)
 
 static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 {
-	size_t max = sizeof(struct kv_admin_status) + KV_ADMIN_MAX_RECORDS *
-		     sizeof(struct kv_admin_client);
+	size_t max = KV_ADMIN_REPLY_MAX;
 	struct kv_admin_status *st;
 	size_t n = 0, rec = 0;
 	uint8_t *buf;
@@ -131,6 +131,9 @@ void kvd_admin_accept(struct kvd *d, int fd)
 		close(fd);
 		return;
 	}
+	/* The reply is one datagram: make room for the largest. */
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){ 2 * KV_ADMIN_REPLY_MAX },
+		   sizeof(int));
 	d->adm[i].fd = fd;
 	d->adm[i].gen++;
 	d->adm[i].t_accept_ns = kvd_now_ns();

@@ -61,11 +61,20 @@ static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
 static void refuse_full(struct kvd *d, int fd)
 {
 	struct kv_welcome w = { .status = -EUSERS };
+	char drain[sizeof(struct kv_hello)];
 
 	snprintf(w.errmsg, sizeof(w.errmsg), "all %u client slots in use",
 		 d->cfg.max_clients);
 	kvd_warn("refusing a client: %s", w.errmsg);
 	send_welcome(fd, &w, NULL, 0);
+	/*
+	 * Closing a unix socket with unread data resets the peer, which
+	 * would then never read our WELCOME: stop further sends, drain
+	 * what already came (its HELLO), then close.
+	 */
+	shutdown(fd, SHUT_RD);
+	while (recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
+		;
 	close(fd);
 }
 
@@ -95,7 +104,6 @@ void kvd_client_accept(struct kvd *d, int fd)
 	c->ns = NULL;
 	c->ops = 0;
 	kvd_holder_init(&c->holder, c->slot);
-	d->nr_clients++;
 	arm_ctrl(d, c);
 }
 
@@ -256,6 +264,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	fds[3] = d->pool_fd;
 	send_welcome(c->sock, &w, fds, 4);
 	c->state = KVD_CLIENT_LIVE;
+	d->nr_clients++;
 	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u", c->id,
 		 (int)c->pid, (unsigned)c->uid, c->ns->model_id, c->ns->id,
 		 c->sq_entries);
@@ -268,7 +277,9 @@ void kvd_client_ctrl_done(struct kvd *d, struct kvd_client *c, int res)
 	if (c->state == KVD_CLIENT_DEAD)
 		return;
 	if (c->state == KVD_CLIENT_HELLO) {
-		if (res <= 0)
+		if (res < 0)
+			return kvd_client_kill(d, c, strerror(-res));
+		if (res == 0)
 			return kvd_client_kill(d, c, NULL);
 		return hello(d, c, (c->msg.msg_flags & MSG_TRUNC) ? -1 : res);
 	}
@@ -332,8 +343,9 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 	shutdown(c->sock, SHUT_RDWR);
 	close(c->sock);
 	c->sock = -1;
+	if (c->state == KVD_CLIENT_LIVE)
+		d->nr_clients--;
 	c->state = KVD_CLIENT_DEAD;
-	d->nr_clients--;
 	if (c->inflight == 0)
 		client_free(c);
 }

@@ -103,7 +103,7 @@ struct kvd {
 	uint64_t	ops;
 
 	struct kvd_client *clients;	/* [cfg.max_clients] */
-	uint32_t	nr_clients;	/* HELLO or LIVE */
+	uint32_t	nr_clients;	/* LIVE (WELCOME sent) */
 	uint32_t	next_client_id;
 	struct kvd_ns	*ns;		/* [cfg.max_namespaces] */
 	uint32_t	nr_ns;

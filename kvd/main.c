@@ -185,14 +185,14 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 			cfg->admin_path = optarg;
 			break;
 		case 'C':
-			if (parse_u32(optarg, 1, 1U << 20, &cfg->max_clients)) {
-				fprintf(stderr, "kvd: --max-clients: '%s' is not a number in 1..1048576\n", optarg);
+			if (parse_u32(optarg, 1, KV_ADMIN_MAX_RECORDS, &cfg->max_clients)) {
+				fprintf(stderr, "kvd: --max-clients: '%s' is not a number in 1..1024\n", optarg);
 				return -1;
 			}
 			break;
 		case 'N':
-			if (parse_u32(optarg, 1, 4096, &cfg->max_namespaces)) {
-				fprintf(stderr, "kvd: --max-namespaces: '%s' is not a number in 1..4096\n", optarg);
+			if (parse_u32(optarg, 1, KV_ADMIN_MAX_RECORDS, &cfg->max_namespaces)) {
+				fprintf(stderr, "kvd: --max-namespaces: '%s' is not a number in 1..1024\n", optarg);
 				return -1;
 			}
 			break;
@@ -382,6 +382,7 @@ int main(int argc, char **argv)
 	static struct kvd kvd;
 	struct kvd *d = &kvd;
 	char *sock_path = NULL, *admin_path = NULL;
+	const char *env;
 	int ret = 1;
 
 	d->cfg.pool_bytes = 1ULL << 30;
@@ -401,9 +402,10 @@ int main(int argc, char **argv)
 		kvd_err("no socket path: pass --socket or set XDG_RUNTIME_DIR");
 		return 2;
 	}
+	env = getenv("KVD_ADMIN_SOCKET");
 	admin_path = d->cfg.admin_path ? strdup(d->cfg.admin_path) :
-		     getenv("KVD_ADMIN_SOCKET") && !d->cfg.socket_path ?
-		     strdup(getenv("KVD_ADMIN_SOCKET")) : admin_beside(sock_path);
+		     env && *env && !d->cfg.socket_path ? strdup(env) :
+		     admin_beside(sock_path);
 	if (!admin_path || !strcmp(admin_path, sock_path)) {
 		kvd_err("the admin socket must differ from the client socket");
 		goto out;

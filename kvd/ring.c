@@ -70,7 +70,6 @@ int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
 	c->ring_fd = memfd_create("kvd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (c->ring_fd < 0)
 		return -errno;
-	ret = -errno;
 	if (ftruncate(c->ring_fd, (off_t)bytes))
 		goto err_close;
 	/* A client must not shrink the ring under kvd (SIGBUS). */
@@ -102,6 +101,7 @@ int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
 	return 0;
 
 err_close:
+	ret = -errno;
 	close(c->ring_fd);
 	c->ring_fd = -1;
 	return ret;

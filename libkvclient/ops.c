@@ -77,7 +77,7 @@ static int ids_op(struct kv_client *c, const kv_block_t *ids, unsigned nr,
 		return ret;
 	if (c->inflight || c->sq_tail != c->sq_submitted)
 		return -EBUSY;
-	memcpy(c->data, ids, (size_t)nr * sizeof(kv_block_t));
+	memmove(c->data, ids, (size_t)nr * sizeof(kv_block_t));
 	prep(&sqe, 0, nr);
 	return __kv_sync_op(c, &sqe);
 }

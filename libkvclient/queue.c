@@ -183,12 +183,12 @@ int kv_submit_and_wait(struct kv_client *c, unsigned wait_nr)
 
 	if (submitted < 0)
 		return submitted;
+	if (wait_nr > c->inflight)
+		return -EINVAL;	/* would wait for ever */
 	while (cq_ready(c) < wait_nr) {
 		ret = __kv_wait(c, -1);
 		if (ret)
 			return ret;
-		if (cq_ready(c) < wait_nr && !c->inflight)
-			return -EINVAL;	/* would wait for ever */
 	}
 	return submitted;
 }

@@ -16,8 +16,7 @@
 #include "emit.h"
 
 #define ARRAY_LEN(a)	((int)(sizeof(a) / sizeof((a)[0])))
-#define REPLY_MAX	(sizeof(struct kv_admin_status) + \
-			 KV_ADMIN_MAX_RECORDS * sizeof(struct kv_admin_client))
+#define REPLY_MAX	KV_ADMIN_REPLY_MAX
 
 static const char *dtype_name(uint32_t d)
 {

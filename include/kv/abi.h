@@ -268,7 +268,10 @@ struct kv_admin_client {
 	__u64	resv[2];
 };
 
-#define KV_ADMIN_MAX_RECORDS	1024
+#define KV_ADMIN_MAX_RECORDS	1024	/* = the most clients or namespaces */
+/* Largest admin reply datagram: the header and 1024 of the larger record. */
+#define KV_ADMIN_REPLY_MAX	(sizeof(struct kv_admin_status) + \
+				 KV_ADMIN_MAX_RECORDS * sizeof(struct kv_admin_ns))
 
 /* Bytes of one element of a KV dtype; 0 for an unknown dtype. */
 static inline __u32 kv_dtype_bytes(__u32 dtype)

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -52,17 +53,32 @@ void t_cleanup_dir(struct t_kvd *k)
 		fprintf(stderr, "cannot remove %s\n", k->dir);
 }
 
-/* A listening socket, not just a (maybe stale) socket file. */
-static bool t_can_connect(const char *path)
+/*
+ * kvd @pid answers on its admin socket. A socket file alone proves
+ * nothing: a killed kvd's listener can outlive it for a moment (its
+ * io_uring is torn down asynchronously), so ask for the pid.
+ */
+static bool t_kvd_answers(const char *path, pid_t pid)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kv_admin_req req = {
+		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
+		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN,
+		.cmd = KV_ADMIN_STATUS,
+	};
+	struct kv_admin_status st;
+	struct timeval tv = { .tv_sec = 1 };
 	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	bool ok;
+	bool ok = false;
 
 	if (strlen(path) >= sizeof(sa.sun_path))
 		T_FAIL("socket path too long: %s", path);
 	memcpy(sa.sun_path, path, strlen(path) + 1);
-	ok = !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa)) &&
+	    send(fd, &req, sizeof(req), MSG_NOSIGNAL) == sizeof(req) &&
+	    recv(fd, &st, sizeof(st), MSG_TRUNC) >= (ssize_t)sizeof(st))
+		ok = st.magic == KV_MAGIC && st.pid == (uint32_t)pid;
 	close(fd);
 	return ok;
 }
@@ -100,7 +116,7 @@ static void t_kvd_spawn(struct t_kvd *k, const char *pool_size, va_list ap)
 	for (int i = 0; i < 500; i++) {
 		int status;
 
-		if (t_can_connect(k->admin))
+		if (t_kvd_answers(k->admin, k->pid))
 			return;
 		if (waitpid(k->pid, &status, WNOHANG) == k->pid) {
 			k->pid = 0;

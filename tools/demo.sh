@@ -1,0 +1,109 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# kvd on the host backend in a temporary directory, then kvbench with 4
+# engine processes, synchronous and batched, then kvctl status if built.
+# usage: sh tools/demo.sh [BUILD_DIR]   (default build)
+# DEMO_REQUESTS sets the requests per process (default 2000: a few
+# seconds per run on two cores).
+BUILD=${1:-build}
+REQUESTS=${DEMO_REQUESTS:-2000}
+KVD_PID=
+failed=0
+
+say() {
+	printf '\n=== %s\n' "$*"
+}
+
+fail() {
+	printf 'demo: %s\n' "$*" >&2
+	failed=1
+}
+
+show_log() {
+	echo "--- kvd log ($DIR/kvd.log):" >&2
+	cat "$DIR/kvd.log" >&2
+}
+
+# SIGTERM kvd and wait for it; non-zero when it did not stop cleanly.
+stop_kvd() {
+	[ -n "$KVD_PID" ] || return 0
+	kill -TERM "$KVD_PID" 2>/dev/null
+	wait "$KVD_PID"
+	rc=$?
+	KVD_PID=
+	return $rc
+}
+
+cleanup() {
+	if [ -n "$KVD_PID" ]; then
+		kill -TERM "$KVD_PID" 2>/dev/null
+		wait "$KVD_PID" 2>/dev/null
+	fi
+	[ -n "$DIR" ] && rm -rf "$DIR"
+}
+
+# Each step runs under its own name; a failure is noted, the demo goes on.
+step() {
+	say "$*"
+	"$@" || fail "failed (exit $?): $*"
+}
+
+for bin in kvd kvbench; do
+	if [ ! -x "$BUILD/$bin" ]; then
+		echo "demo: $BUILD/$bin not found; run make first" >&2
+		exit 1
+	fi
+done
+
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/kvd-demo.XXXXXX") || exit 1
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+SOCK=$DIR/kvd.sock
+ADMIN=$DIR/kvd-admin.sock
+
+say "kvd --backend host --pool-size 1G (sockets in $DIR)"
+"$BUILD/kvd" --backend host --pool-size 1G --socket "$SOCK" \
+	--admin-socket "$ADMIN" 2>"$DIR/kvd.log" &
+KVD_PID=$!
+
+# Up to ~5 s for the admin socket, kvd's last step before serving.
+i=0
+while [ ! -S "$ADMIN" ]; do
+	if ! kill -0 "$KVD_PID" 2>/dev/null; then
+		wait "$KVD_PID"
+		echo "demo: kvd exited at start (exit $?)" >&2
+		KVD_PID=
+		show_log
+		exit 1
+	fi
+	i=$((i + 1))
+	if [ $i -gt 50 ]; then
+		echo "demo: kvd did not create $ADMIN within 5 s" >&2
+		show_log
+		exit 1
+	fi
+	sleep 0.1
+done
+echo "kvd running, pid $KVD_PID"
+
+step "$BUILD/kvbench" --socket "$SOCK" -p 4 -n "$REQUESTS"
+step "$BUILD/kvbench" --socket "$SOCK" -p 4 -n "$REQUESTS" --batch 16
+
+if [ -x "$BUILD/kvctl" ]; then
+	step "$BUILD/kvctl" --admin-socket "$ADMIN" status
+else
+	say "kvctl status: skipped ($BUILD/kvctl not built)"
+fi
+
+say "stopping kvd"
+if ! stop_kvd; then
+	fail "kvd did not stop cleanly"
+	show_log
+fi
+
+if [ $failed -ne 0 ]; then
+	echo "demo: FAILED" >&2
+	exit 1
+fi
+echo "demo: ok"
