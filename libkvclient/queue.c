@@ -83,6 +83,19 @@ int kv_peek_cqe(struct kv_client *c, struct kv_cqe **cqe)
 	return 0;
 }
 
+unsigned kv_peek_batch_cqe(struct kv_client *c, struct kv_cqe **cqes,
+			   unsigned count)
+{
+	uint32_t head = KV_READ_ONCE(*c->cq_khead);
+	uint32_t ready = kv_smp_load_acquire(c->cq_ktail) - head;	/* C3 */
+
+	if (count > ready)
+		count = ready;
+	for (unsigned i = 0; i < count; i++)
+		cqes[i] = &c->cqes[(head + i) & (c->cq_entries - 1)];
+	return count;
+}
+
 void kv_cq_advance(struct kv_client *c, unsigned nr)
 {
 	if (!nr)

@@ -112,6 +112,9 @@ int kv_wait_cqe(struct kv_client *c, struct kv_cqe **cqe);
 int kv_wait_cqe_timeout(struct kv_client *c, struct kv_cqe **cqe,
 			int64_t timeout_ns);
 int kv_peek_cqe(struct kv_client *c, struct kv_cqe **cqe);
+/* Up to @count ready CQEs, oldest first, into @cqes; returns how many. */
+unsigned kv_peek_batch_cqe(struct kv_client *c, struct kv_cqe **cqes,
+			   unsigned count);
 void kv_cqe_seen(struct kv_client *c, struct kv_cqe *cqe);
 void kv_cq_advance(struct kv_client *c, unsigned nr);
 unsigned kv_cq_ready(const struct kv_client *c);

@@ -71,12 +71,14 @@ int main(void)
 		kv_prep_release(sqe, i * 16, 4);
 	}
 	T_EQ(kv_submit_and_wait(c, 16), 16);
-	for (int i = 0; i < 16; i++) {
-		struct kv_cqe *cqe;
+	{
+		struct kv_cqe *cqes[32];
 
-		T_EQ(kv_wait_cqe(c, &cqe), 0);
-		T_EQ(cqe->res, 4);
-		kv_cqe_seen(c, cqe);
+		T_EQ(kv_peek_batch_cqe(c, cqes, 32), 16);
+		for (int i = 0; i < 16; i++)
+			T_EQ(cqes[i]->res, 4);
+		kv_cq_advance(c, 16);
+		T_EQ(kv_peek_batch_cqe(c, cqes, 32), 0);
 	}
 	T_EQ(kv_stats(c, &st), 0);
 	T_EQ(st.client_blocks, 0);
