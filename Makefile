@@ -81,13 +81,9 @@ $(O)/kvbench: $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB)
 	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB_LINK) -lm
 
 # Unit tests link only the daemon modules (and cmocka).
-$(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(KERNEL_REF_OBJS) $(O)/tests/unit/stubs.o
+$(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(KERNEL_REF_OBJS)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring
-
-$(O)/tests/unit/stubs.o: tests/unit/stubs.c $(DEPS_STAMP)
-	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd $(CFLAGS) -c -o $@ $<
 
 $(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h kvd/*.c kernels/*.h)
 	@mkdir -p $(dir $@)

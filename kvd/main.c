@@ -8,7 +8,6 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -18,7 +17,6 @@
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -26,31 +24,6 @@
 #ifndef KV_VERSION
 #define KV_VERSION "0.0"
 #endif
-
-int kvd_log_level = KVD_LOG_INFO;
-
-void kvd_log(int level, const char *fmt, ...)
-{
-	static const char *const names[] = { "error", "warning", "info",
-					     "debug" };
-	va_list ap;
-
-	if (level > kvd_log_level)
-		return;
-	fprintf(stderr, "kvd[%d]: %s: ", (int)getpid(), names[level]);
-	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
-	va_end(ap);
-	fputc('\n', stderr);
-}
-
-uint64_t kvd_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
-}
 
 static void usage(FILE *f)
 {

@@ -1,18 +1,22 @@
 // SPDX-License-Identifier: MIT
-/* What kvd/main.c provides to the daemon modules, for unit tests. */
+/* Logging to stderr and the monotonic clock, for every daemon module. */
 #include <stdarg.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kvd.h"
 
-int kvd_log_level = KVD_LOG_WARN;
+int kvd_log_level = KVD_LOG_INFO;
 
 void kvd_log(int level, const char *fmt, ...)
 {
+	static const char *const names[] = { "error", "warning", "info",
+					     "debug" };
 	va_list ap;
 
 	if (level > kvd_log_level)
 		return;
+	fprintf(stderr, "kvd[%d]: %s: ", (int)getpid(), names[level]);
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
