@@ -93,6 +93,7 @@ struct kvd {
 	struct io_uring	ring;
 	struct kvd_pool	pool;
 	int		pool_fd;
+	void		*pool_map;	/* kvd's own mapping of the pool */
 	int		listen_fd;
 	int		admin_fd;
 	int		signal_fd;

@@ -15,6 +15,7 @@
 #include <sys/resource.h>
 #include <linux/memfd.h>
 #include <sys/signalfd.h>
+#include <sys/sysinfo.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -198,9 +199,11 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 }
 
 /* The host backend: the pool is one sealed memfd, passed to every client. */
-static int host_pool_create(const struct kvd_config *cfg, uint64_t bytes)
+static int host_pool_create(const struct kvd_config *cfg, uint64_t bytes,
+			    void **map)
 {
 	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+	struct sysinfo si;
 	int fd;
 
 	if (cfg->hugepages)
@@ -221,6 +224,21 @@ static int host_pool_create(const struct kvd_config *cfg, uint64_t bytes)
 	/* Clients must not resize the pool under the daemon or each other. */
 	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
 		kvd_warn("cannot seal the pool memfd: %m");
+	/*
+	 * kvd keeps the pool mapped: huge pages are reserved at mmap time,
+	 * so a shortage fails here, not in every client.
+	 */
+	*map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (*map == MAP_FAILED) {
+		kvd_err("cannot map the pool: %m%s", cfg->hugepages ?
+			" (are enough huge pages reserved in /proc/sys/vm/nr_hugepages?)" : "");
+		*map = NULL;
+		close(fd);
+		return -1;
+	}
+	if (sysinfo(&si) == 0 && bytes > (uint64_t)si.totalram * si.mem_unit)
+		kvd_warn("the pool (%llu MiB) is larger than this host's RAM: clients that touch all of it will be killed",
+			 (unsigned long long)(bytes >> 20));
 	return fd;
 }
 
@@ -402,7 +420,7 @@ int main(int argc, char **argv)
 		kvd_err("out of memory sizing the books");
 		goto out;
 	}
-	d->pool_fd = host_pool_create(&d->cfg, d->cfg.pool_bytes);
+	d->pool_fd = host_pool_create(&d->cfg, d->cfg.pool_bytes, &d->pool_map);
 	if (d->pool_fd < 0)
 		goto out;
 	d->signal_fd = signals_setup();
@@ -436,6 +454,8 @@ out:
 		unlink(sock_path);
 	if (d->admin_bound)
 		unlink(admin_path);
+	if (d->pool_map)
+		munmap(d->pool_map, d->cfg.pool_bytes);
 	free(sock_path);
 	free(admin_path);
 	return ret;

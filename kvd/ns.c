@@ -57,6 +57,10 @@ int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		*why = "block larger than half the pool";
 		return -E2BIG;
 	}
+	if (pool_bytes / bb > KVD_NS_MAX_BLOCKS) {
+		*why = "more than 2^26 blocks of this size fit the pool: use larger blocks";
+		return -E2BIG;
+	}
 	return 0;
 }
 
@@ -83,23 +87,27 @@ static void ns_slab_geometry(struct kvd_ns *ns)
 	ns->slab_align = 1;
 }
 
+/*
+ * Nothing here is touched at creation: calloc'd arrays stay untouched
+ * zero pages until used, buckets hold node + 1 (0 = empty), and nodes
+ * are handed out below a watermark before the free list is used. So a
+ * namespace on a huge pool costs nothing until it holds blocks.
+ */
 static int holds_init(struct kvd_holds *hs, uint32_t cap)
 {
-	uint32_t nb = 1;
+	uint64_t nb = 1;
 
 	while (nb < cap)
 		nb <<= 1;
 	hs->nodes = calloc(cap, sizeof(*hs->nodes));
-	hs->buckets = malloc(nb * sizeof(*hs->buckets));
+	hs->buckets = calloc(nb, sizeof(*hs->buckets));
 	if (!hs->nodes || !hs->buckets)
 		return -ENOMEM;
-	memset(hs->buckets, 0xff, nb * sizeof(*hs->buckets));
-	hs->mask = nb - 1;
+	hs->mask = (uint32_t)(nb - 1);
 	hs->cap = cap;
 	hs->nr = 0;
-	for (uint32_t i = 0; i < cap; i++)
-		hs->nodes[i].hnext = i + 1 < cap ? i + 1 : KVD_NIL;
-	hs->free_head = 0;
+	hs->used = 0;
+	hs->free_head = KVD_NIL;
 	return 0;
 }
 
@@ -114,7 +122,9 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	ns->geom = *g;
 	snprintf(ns->model_id, sizeof(ns->model_id), "%s", model_id);
 	ns->block_bytes = kv_geometry_block_bytes(g);
-	ns->max_blocks = pool->bytes / ns->block_bytes;
+	if (pool->bytes / ns->block_bytes > KVD_NS_MAX_BLOCKS)
+		return -E2BIG;
+	ns->max_blocks = (uint32_t)(pool->bytes / ns->block_bytes);
 	ns_slab_geometry(ns);
 	ns->slab_bytes = (uint64_t)ns->slab_pages * KV_PAGE_BYTES;
 	if (ns->slab_pages > pool->nr_pages)
@@ -129,9 +139,7 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	ret = holds_init(&ns->holds, 2 * ns->max_blocks + 1024);
 	if (ret)
 		goto err_free;
-	for (uint32_t i = 0; i < ns->max_slabs; i++)
-		ns->slabs[i].next = i + 1 < ns->max_slabs ? i + 1 : KVD_NIL;
-	ns->free_slab = 0;
+	ns->free_slab = KVD_NIL;	/* then slots_used++ (see holds_init) */
 	ns->partial = KVD_NIL;
 	ns->live = true;
 	return 0;
@@ -186,14 +194,18 @@ static int slab_new(struct kvd_ns *ns)
 	int64_t page;
 	uint32_t s;
 
-	if (ns->free_slab == KVD_NIL)
+	if (ns->free_slab == KVD_NIL && ns->slab_slots_used == ns->max_slabs)
 		return -ENOSPC;
 	page = kvd_pool_alloc_run(ns->pool, ns->slab_pages, ns->slab_align);
 	if (page < 0)
 		return (int)page;
-	s = ns->free_slab;
+	if (ns->free_slab != KVD_NIL) {
+		s = ns->free_slab;
+		ns->free_slab = ns->slabs[s].next;
+	} else {
+		s = ns->slab_slots_used++;
+	}
 	slab = &ns->slabs[s];
-	ns->free_slab = slab->next;
 
 	start = (uint64_t)page * KV_PAGE_BYTES;
 	end = start + ns->slab_bytes;
@@ -287,11 +299,11 @@ static uint32_t hold_find(const struct kvd_holds *hs, uint32_t client,
 {
 	uint32_t i = hs->buckets[hold_hash(hs, client, block)];
 
-	while (i != KVD_NIL) {
-		const struct kvd_hold *h = &hs->nodes[i];
+	while (i) {
+		const struct kvd_hold *h = &hs->nodes[i - 1];
 
 		if (h->block == block && h->client == client)
-			return i;
+			return i - 1;
 		i = h->hnext;
 	}
 	return KVD_NIL;
@@ -308,16 +320,22 @@ uint32_t kvd_ns_hold_count(const struct kvd_ns *ns, uint32_t client,
 static void hold_add(struct kvd_holds *hs, struct kvd_holder *hr,
 		     uint32_t block)
 {
-	uint32_t i = hs->free_head, b = hold_hash(hs, hr->slot, block);
-	struct kvd_hold *h = &hs->nodes[i];
+	uint32_t i, b = hold_hash(hs, hr->slot, block);
+	struct kvd_hold *h;
 
-	hs->free_head = h->hnext;
+	if (hs->free_head != KVD_NIL) {
+		i = hs->free_head;
+		hs->free_head = hs->nodes[i].hnext;
+	} else {
+		i = hs->used++;
+	}
+	h = &hs->nodes[i];
 	hs->nr++;
 	h->block = block;
 	h->client = hr->slot;
 	h->count = 1;
-	h->hnext = hs->buckets[b];
-	hs->buckets[b] = i;
+	h->hnext = hs->buckets[b];	/* chain links are node + 1 too */
+	hs->buckets[b] = i + 1;
 	h->cprev = KVD_NIL;
 	h->cnext = hr->head;
 	if (hr->head != KVD_NIL)
@@ -332,8 +350,8 @@ static void hold_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
 	struct kvd_hold *h = &hs->nodes[i];
 	uint32_t *pp = &hs->buckets[hold_hash(hs, h->client, h->block)];
 
-	while (*pp != i)
-		pp = &hs->nodes[*pp].hnext;
+	while (*pp != i + 1)
+		pp = &hs->nodes[*pp - 1].hnext;
 	*pp = h->hnext;
 	if (h->cprev != KVD_NIL)
 		hs->nodes[h->cprev].cnext = h->cnext;

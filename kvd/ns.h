@@ -9,6 +9,9 @@
 #include "kvd.h"
 #include "pool.h"
 
+/* Block ids of a namespace: bounded so its books stay reasonable. */
+#define KVD_NS_MAX_BLOCKS	(1U << 26)
+
 enum kvd_block_state {
 	KVD_BLOCK_NONE = 0,	/* not inside a live slab */
 	KVD_BLOCK_FREE,		/* in a slab, ref 0 */
@@ -47,8 +50,9 @@ struct kvd_holds {
 	struct kvd_hold	*nodes;
 	uint32_t	cap;
 	uint32_t	nr;
-	uint32_t	free_head;
-	uint32_t	*buckets;
+	uint32_t	used;		/* nodes [0, used) were handed out once */
+	uint32_t	free_head;	/* returned nodes, linked by hnext */
+	uint32_t	*buckets;	/* node + 1, 0 = empty */
 	uint32_t	mask;
 };
 
@@ -75,7 +79,8 @@ struct kvd_ns {
 	struct kvd_slab	*slabs;		/* [max_slabs] */
 	uint32_t	max_slabs;
 	uint32_t	nr_slabs;
-	uint32_t	free_slab;	/* unused slab slots */
+	uint32_t	free_slab;	/* returned slab slots */
+	uint32_t	slab_slots_used; /* slots [0, used) were handed out once */
 	uint32_t	partial;	/* live slabs with a free block */
 	uint32_t	nr_blocks;	/* blocks in live slabs */
 	uint32_t	blocks_used;

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <string.h>
 #include <stdbool.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -17,6 +18,7 @@
 #include "harness.h"
 
 static char t_build_dir[PATH_MAX + 16];
+static struct t_kvd *t_live;	/* the kvd t_atexit() must stop */
 
 const char *t_bin(const char *name)
 {
@@ -48,9 +50,14 @@ void t_cleanup_dir(struct t_kvd *k)
 {
 	char cmd[256];
 
+	if (t_live == k && k->pid <= 0)
+		t_live = NULL;	/* nothing left for t_atexit() */
+	if (!k->dir[0])
+		return;
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", k->dir);
 	if (system(cmd))
 		fprintf(stderr, "cannot remove %s\n", k->dir);
+	k->dir[0] = 0;
 }
 
 /*
@@ -88,6 +95,7 @@ static void t_kvd_spawn(struct t_kvd *k, const char *pool_size, va_list ap)
 	const char *argv[32];
 	char kvd[PATH_MAX + 96];
 	int argc = 0, fd;
+	pid_t parent;
 
 	snprintf(kvd, sizeof(kvd), "%s", t_bin("kvd"));
 	argv[argc++] = kvd;
@@ -103,10 +111,15 @@ static void t_kvd_spawn(struct t_kvd *k, const char *pool_size, va_list ap)
 		argc++;
 	argv[argc] = NULL;
 
+	parent = getpid();
 	k->pid = fork();
 	if (k->pid < 0)
 		T_FAIL("fork");
 	if (k->pid == 0) {
+		/* Nothing a test starts outlives it, even a killed test. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
 		fd = open(k->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0 && !getenv("KV_TEST_VERBOSE"))
 			dup2(fd, 2);
@@ -128,10 +141,26 @@ static void t_kvd_spawn(struct t_kvd *k, const char *pool_size, va_list ap)
 	T_FAIL("kvd did not create %s", k->admin);
 }
 
+/* A failed test exits through T_FAIL: stop its kvd, remove its files. */
+
+static void t_atexit(void)
+{
+	if (t_live && t_live->pid > 0) {
+		kill(t_live->pid, SIGKILL);
+		waitpid(t_live->pid, NULL, 0);
+		t_live->pid = 0;
+	}
+	if (t_live && t_live->dir[0])
+		t_cleanup_dir(t_live);
+}
+
 void t_kvd_start(struct t_kvd *k, const char *pool_size, ...)
 {
 	va_list ap;
 
+	if (!t_live)
+		atexit(t_atexit);
+	t_live = k;
 	memset(k, 0, sizeof(*k));
 	snprintf(k->dir, sizeof(k->dir), "/tmp/kvd-test.XXXXXX");
 	if (!mkdtemp(k->dir))

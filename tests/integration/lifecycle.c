@@ -103,6 +103,7 @@ int main(void)
 	/* kvd dies under the client: calls fail, they do not hang. */
 	T_EQ(kill(k.pid, SIGKILL), 0);
 	T_EQ(waitpid(k.pid, &status, 0), k.pid);
+	k.pid = 0;
 	T_EQ(kv_alloc(c, 1, ids), -ECONNRESET);
 	T_EQ(kv_nop(c), -ECONNRESET);
 	T_EQ(kv_disconnect(c), 0);
@@ -118,6 +119,7 @@ int main(void)
 	/* SIGINT stops it cleanly and removes both sockets. */
 	T_EQ(kill(k.pid, SIGINT), 0);
 	T_EQ(waitpid(k.pid, &status, 0), k.pid);
+	k.pid = 0;
 	T_ASSERT(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	T_ASSERT(stat(k.sock, &st) && stat(k.admin, &st));
 	t_cleanup_dir(&k);
