@@ -219,7 +219,7 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 		       c->pool_fd, 0);
 	if (c->pool == MAP_FAILED) {
 		ret = -errno;
-		set_err(p, "cannot map the pool: %s", strerror(-ret));
+		set_err(p, "cannot map the pool%s", "");
 		goto err_unmap_ring;
 	}
 	c->pool_bytes = w.pool_bytes;

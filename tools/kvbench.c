@@ -506,10 +506,6 @@ static int connect_kvd(const struct opts *o, struct kv_client **c,
 	p.errbuf = err;
 	p.errbuf_len = sizeof(err);
 	ret = kv_connect(&p, c);
-	/* kvd closes without a word when all its client slots are taken. */
-	if (ret == -ECONNRESET && !err[0])
-		snprintf(err, sizeof(err), "%s",
-			 "kvd closed the connection before WELCOME (client slots full?)");
 	if (ret)
 		fprintf(stderr, "kvbench: %s: %s%s%s\n", who, err,
 			err[0] ? ": " : "", strerror(-ret));
@@ -1399,7 +1395,7 @@ static const struct kv_emit_col proc_cols[] = {
 	{ "alloc_p99_us",	"alloc p99us",	11 },
 	{ "release_p50_us",	"rel p50us",	10 },
 	{ "release_p99_us",	"rel p99us",	10 },
-	{ "max_live_blocks",	"max live",	8 },
+	{ "max_live_blocks",	"max blocks",	10 },
 	{ "forced",		"forced",	7 },
 	{ "pattern_errors",	"errors",	6 },
 	{ "status",		"status",	6 },
@@ -1449,6 +1445,9 @@ static void report(FILE *f, bool json, const struct opts *o,
 	kv_emit_begin(&e, f, json);
 	kv_emit_obj_begin(&e, "kvbench", "kvbench");
 	kv_emit_str(&e, "command", "command", o->cmdline);
+	kv_emit_str(&e, "socket", "socket", o->socket ? o->socket :
+		    getenv("KVD_SOCKET") && *getenv("KVD_SOCKET") ?
+		    getenv("KVD_SOCKET") : "(libkvclient default)");
 	kv_emit_str(&e, "mode", "mode", mode);
 	kv_emit_str(&e, "result", "result", ok ? "ok" : "FAILED");
 	emit_config(&e, o, a);

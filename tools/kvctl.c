@@ -176,6 +176,21 @@ static void emit_clients(struct kv_emit *e, const struct kv_admin_status *st,
 	kv_emit_table_end(e);
 }
 
+static const char *hint(int err)
+{
+	switch (err) {
+	case -ENOENT:
+	case -ECONNREFUSED:
+		return " (is kvd running?)";
+	case -EPIPE:
+	case -ECONNRESET:
+		return " (kvd closed the connection: too many admin connections at once?)";
+	case -EPROTO:
+		return " (is this kvd's admin socket?)";
+	}
+	return "";
+}
+
 /* Check the reply's header and that its records fit what arrived. */
 static int reply_check(const struct kv_admin_status *st, ssize_t n,
 		       size_t rec)
@@ -227,6 +242,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (optind != argc - 1) {
+		fprintf(stderr, "kvctl: %s\n", optind == argc ?
+			"no command given" : "one command expected");
 		usage(stderr);
 		return 2;
 	}
@@ -254,8 +271,7 @@ int main(int argc, char **argv)
 	ret = n < 0 ? (int)n : reply_check(st, n, rec);
 	if (ret) {
 		fprintf(stderr, "kvctl: %s: %s%s\n", path, strerror(-ret),
-			ret == -ENOENT || ret == -ECONNREFUSED ?
-			" (is kvd running?)" : "");
+			hint(ret));
 		free(buf);
 		return 1;
 	}

@@ -300,15 +300,20 @@ static inline __u64 kv_geometry_block_bytes(const struct kv_geometry *g)
 }
 
 /* Layout proofs: every struct here has the same size on every ABI. */
-_Static_assert(sizeof(struct kv_geometry) == 32, "kv_geometry");
-_Static_assert(sizeof(struct kv_sqe) == 64, "kv_sqe must be 64 bytes");
-_Static_assert(sizeof(struct kv_cqe) == 16, "kv_cqe must be 16 bytes");
-_Static_assert(sizeof(struct kv_hello) == 160, "kv_hello");
-_Static_assert(sizeof(struct kv_ring_offsets) == 64, "kv_ring_offsets");
-_Static_assert(offsetof(struct kv_sqe, user_data) == 16, "kv_sqe.user_data");
-_Static_assert(offsetof(struct kv_welcome, ring) % 8 == 0, "kv_welcome.ring");
-_Static_assert(sizeof(struct kv_stats) % 8 == 0, "kv_stats");
-_Static_assert(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
-_Static_assert(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
+#ifdef __cplusplus
+#define KV_STATIC_ASSERT(c, m)	static_assert(c, m)
+#else
+#define KV_STATIC_ASSERT(c, m)	_Static_assert(c, m)
+#endif
+KV_STATIC_ASSERT(sizeof(struct kv_geometry) == 32, "kv_geometry");
+KV_STATIC_ASSERT(sizeof(struct kv_sqe) == 64, "kv_sqe must be 64 bytes");
+KV_STATIC_ASSERT(sizeof(struct kv_cqe) == 16, "kv_cqe must be 16 bytes");
+KV_STATIC_ASSERT(sizeof(struct kv_hello) == 160, "kv_hello");
+KV_STATIC_ASSERT(sizeof(struct kv_ring_offsets) == 64, "kv_ring_offsets");
+KV_STATIC_ASSERT(offsetof(struct kv_sqe, user_data) == 16, "kv_sqe.user_data");
+KV_STATIC_ASSERT(offsetof(struct kv_welcome, ring) % 8 == 0, "kv_welcome.ring");
+KV_STATIC_ASSERT(sizeof(struct kv_stats) % 8 == 0, "kv_stats");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
 
 #endif /* KV_ABI_H */
