@@ -66,7 +66,7 @@ static size_t fill_clients(struct kvd *d, void *buf)
 	struct kv_admin_client *r = buf;
 	size_t n = 0;
 
-	for (uint32_t i = 0; i < d->cfg.max_clients && n < KV_ADMIN_MAX_RECORDS;
+	for (uint32_t i = 0; i < d->nr_slots && n < KV_ADMIN_MAX_RECORDS;
 	     i++) {
 		const struct kvd_client *c = &d->clients[i];
 
@@ -157,13 +157,13 @@ void kvd_admin_recv_done(struct kvd *d, uint32_t slot, int res)
 	a->fd = -1;
 }
 
-/* Periodic: a connection silent for 2 s is shut down; its recv ends. */
+/* Periodic: a connection silent for 1 s is shut down; its recv ends. */
 void kvd_admin_tick(struct kvd *d)
 {
 	uint64_t now = kvd_now_ns();
 
 	for (uint32_t i = 0; i < KVD_MAX_ADMIN; i++)
 		if (d->adm[i].fd >= 0 &&
-		    now - d->adm[i].t_accept_ns > 2000000000ULL)
+		    now - d->adm[i].t_accept_ns > 1000000000ULL)
 			shutdown(d->adm[i].fd, SHUT_RDWR);
 }

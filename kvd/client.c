@@ -14,9 +14,34 @@
 
 #include "daemon.h"
 
+/* The connection that has waited longest for its HELLO. */
+static struct kvd_client *oldest_pending(struct kvd *d)
+{
+	struct kvd_client *oldest = NULL;
+
+	for (uint32_t i = 0; i < d->nr_slots; i++) {
+		struct kvd_client *c = &d->clients[i];
+
+		if (c->state == KVD_CLIENT_HELLO &&
+		    (!oldest || c->t_accept_ns < oldest->t_accept_ns))
+			oldest = c;
+	}
+	return oldest;
+}
+
+/*
+ * A free slot for a new connection. Live clients are limited at HELLO
+ * (max_clients); pending ones here: past KVD_MAX_PENDING the oldest is
+ * dropped (a real client says HELLO at once), so silent connections can
+ * neither lock clients out nor pile up.
+ */
 static struct kvd_client *slot_get(struct kvd *d)
 {
-	for (uint32_t i = 0; i < d->cfg.max_clients; i++)
+	struct kvd_client *old;
+
+	if (d->nr_pending >= KVD_MAX_PENDING && (old = oldest_pending(d)))
+		kvd_client_kill(d, old, "no HELLO, slot needed");
+	for (uint32_t i = 0; i < d->nr_slots; i++)
 		if (d->clients[i].state == KVD_CLIENT_FREE)
 			return &d->clients[i];
 	return NULL;
@@ -57,15 +82,16 @@ static void cancel_op(struct kvd *d, struct kvd_client *c, int type)
 static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
 			 int nfds);
 
-/* No slot: say why before closing, so the client gets -EUSERS. */
+/* No slot at all: say why before closing (-EAGAIN). */
 static void refuse_full(struct kvd *d, int fd)
 {
-	struct kv_welcome w = { .status = -EUSERS };
+	struct kv_welcome w = { .status = -EAGAIN };
 	char drain[sizeof(struct kv_hello)];
 
-	snprintf(w.errmsg, sizeof(w.errmsg), "all %u client slots in use",
-		 d->cfg.max_clients);
-	kvd_warn("refusing a client: %s", w.errmsg);
+	snprintf(w.errmsg, sizeof(w.errmsg),
+		 "kvd is busy with connections that did not say HELLO; try again");
+	if (kvd_ratelimit(&d->rl_full))
+		kvd_warn("refusing clients: %s", w.errmsg);
 	send_welcome(fd, &w, NULL, 0);
 	/*
 	 * Closing a unix socket with unread data resets the peer, which
@@ -94,6 +120,7 @@ void kvd_client_accept(struct kvd *d, int fd)
 	c->gen++;
 	c->id = ++d->next_client_id;
 	c->state = KVD_CLIENT_HELLO;
+	d->nr_pending++;
 	c->inflight = 0;
 	c->sock = fd;
 	c->ring_fd = c->sq_evfd = c->cq_evfd = -1;
@@ -140,8 +167,9 @@ static void refuse(struct kvd *d, struct kvd_client *c, int err,
 	struct kv_welcome w = { .status = err };
 
 	snprintf(w.errmsg, sizeof(w.errmsg), "%s", why);
-	kvd_info("client %u (pid %d uid %u) refused: %s", c->id, (int)c->pid,
-		 (unsigned)c->uid, why);
+	if (kvd_ratelimit(&d->rl_kill))
+		kvd_info("client %u (pid %d uid %u) refused: %s", c->id,
+			 (int)c->pid, (unsigned)c->uid, why);
 	send_welcome(c->sock, &w, NULL, 0);
 	kvd_client_kill(d, c, NULL);
 }
@@ -186,6 +214,12 @@ static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
 		*why = "model_id must be a non-empty NUL-terminated string";
 		return -EINVAL;
 	}
+	for (const char *p = h->model_id; *p; p++) {
+		if (*p < 0x21 || *p > 0x7e) {
+			*why = "model_id must be printable ASCII without spaces";
+			return -EINVAL;
+		}
+	}
 	return kvd_geometry_check(&h->geom, d->pool.bytes, why);
 }
 
@@ -214,6 +248,19 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kv_hello *h, int *err)
 	return free_ns;
 }
 
+/*
+ * The last client of a namespace left: if it keeps nothing (no block in
+ * use, no slab), free its books and its slot for another model.
+ */
+static void ns_put(struct kvd *d, struct kvd_ns *ns)
+{
+	if (--ns->nr_clients || ns->blocks_used || ns->nr_slabs)
+		return;
+	kvd_info("namespace %u (%s): idle, freed", ns->id, ns->model_id);
+	kvd_ns_exit(ns);
+	d->nr_ns--;
+}
+
 static void hello(struct kvd *d, struct kvd_client *c, int len)
 {
 	const struct kv_hello *h = &c->rx.hello;
@@ -223,6 +270,11 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	char msg[KV_ERRMSG_MAX];
 
 	err = hello_check(d, h, len, &why);
+	if (!err && d->nr_clients >= d->cfg.max_clients) {
+		snprintf(msg, sizeof(msg), "all %u client slots in use",
+			 d->cfg.max_clients);
+		return refuse(d, c, -EUSERS, msg);
+	}
 	if (err) {
 		if (err == -EPROTO && len == (int)sizeof(*h) &&
 		    h->magic == KV_MAGIC) {
@@ -264,6 +316,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	fds[3] = d->pool_fd;
 	send_welcome(c->sock, &w, fds, 4);
 	c->state = KVD_CLIENT_LIVE;
+	d->nr_pending--;
 	d->nr_clients++;
 	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u", c->id,
 		 (int)c->pid, (unsigned)c->uid, c->ns->model_id, c->ns->id,
@@ -326,7 +379,7 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 {
 	if (c->state == KVD_CLIENT_DEAD || c->state == KVD_CLIENT_FREE)
 		return;
-	if (why)
+	if (why && kvd_ratelimit(&d->rl_kill))
 		kvd_warn("client %u (pid %d): disconnected: %s", c->id,
 			 (int)c->pid, why);
 	else if (c->state == KVD_CLIENT_LIVE)
@@ -334,7 +387,7 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 			 (int)c->pid, c->holder.nr_blocks);
 	if (c->ns) {
 		kvd_ns_release_all(c->ns, &c->holder);
-		c->ns->nr_clients--;
+		ns_put(d, c->ns);
 		c->ns = NULL;
 	}
 	if (c->state == KVD_CLIENT_LIVE)
@@ -345,6 +398,8 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 	c->sock = -1;
 	if (c->state == KVD_CLIENT_LIVE)
 		d->nr_clients--;
+	else
+		d->nr_pending--;
 	c->state = KVD_CLIENT_DEAD;
 	if (c->inflight == 0)
 		client_free(c);
@@ -355,7 +410,7 @@ void kvd_clients_tick(struct kvd *d)
 {
 	uint64_t now = kvd_now_ns();
 
-	for (uint32_t i = 0; i < d->cfg.max_clients; i++) {
+	for (uint32_t i = 0; i < d->nr_slots; i++) {
 		struct kvd_client *c = &d->clients[i];
 
 		if (c->state == KVD_CLIENT_HELLO &&

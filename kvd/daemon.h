@@ -23,7 +23,7 @@ struct kvd_config {
 	bool		hugepages;
 	uint32_t	max_clients;
 	uint32_t	max_namespaces;
-	uint32_t	sq_budget;	/* SQEs served per client per pass */
+	uint32_t	sq_budget;	/* work per client per pass (ring.c) */
 	uint32_t	hello_timeout_ms;
 };
 
@@ -78,7 +78,10 @@ struct kvd_client {
 	} rx;
 };
 
-#define KVD_MAX_ADMIN	8
+#define KVD_MAX_ADMIN	32
+/* Connections waiting to say HELLO get slots of their own, so silent
+ * connections never take a client's slot; past this the oldest goes. */
+#define KVD_MAX_PENDING	64
 
 struct kvd_admin_conn {
 	int		fd;
@@ -103,14 +106,18 @@ struct kvd {
 	uint64_t	start_ns;
 	uint64_t	ops;
 
-	struct kvd_client *clients;	/* [cfg.max_clients] */
+	struct kvd_client *clients;	/* [nr_slots] */
+	uint32_t	nr_slots;	/* max_clients + KVD_MAX_PENDING */
 	uint32_t	nr_clients;	/* LIVE (WELCOME sent) */
+	uint32_t	nr_pending;	/* accepted, no HELLO yet */
 	uint32_t	next_client_id;
 	struct kvd_ns	*ns;		/* [cfg.max_namespaces] */
 	uint32_t	nr_ns;
 	struct kvd_admin_conn adm[KVD_MAX_ADMIN];
 	uint32_t	*scratch;	/* private copy of id arrays */
 
+	bool		accept_paused[2];	/* out of fds: re-armed by the tick */
+	struct kvd_ratelimit rl_full, rl_kill, rl_accept;
 	uint8_t		sigbuf[128];	/* struct signalfd_siginfo */
 	struct __kernel_timespec tick;
 };

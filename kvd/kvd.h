@@ -60,4 +60,12 @@ static inline bool kvd_is_pow2(uint64_t x)
 
 uint64_t kvd_now_ns(void);
 
+/* At most 10 messages a second per site; counts what it suppressed. */
+struct kvd_ratelimit {
+	uint64_t	t0_ns;
+	uint32_t	printed;
+	uint32_t	missed;
+};
+bool kvd_ratelimit(struct kvd_ratelimit *rl);
+
 #endif /* KVD_KVD_H */

@@ -30,3 +30,23 @@ uint64_t kvd_now_ns(void)
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
+
+bool kvd_ratelimit(struct kvd_ratelimit *rl)
+{
+	uint64_t now = kvd_now_ns();
+
+	if (now - rl->t0_ns > 1000000000ULL) {
+		if (rl->missed)
+			kvd_log(KVD_LOG_WARN, "%u messages like the next suppressed",
+				rl->missed);
+		rl->t0_ns = now;
+		rl->printed = 0;
+		rl->missed = 0;
+	}
+	if (rl->printed < 10) {
+		rl->printed++;
+		return true;
+	}
+	rl->missed++;
+	return false;
+}

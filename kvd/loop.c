@@ -3,7 +3,7 @@
  * The event loop: one io_uring (liburing) waits on the listening sockets
  * (multishot accept), every client's control socket (recvmsg) and doorbell
  * eventfd (read), the signalfd and a periodic timeout. Between waits, every
- * live ring is drained in turns of at most sq_budget SQEs, so no client can
+ * live ring is drained in turns of at most sq_budget units of work, so no client can
  * starve another; before sleeping, each ring gets KV_SQ_NEED_WAKEUP and is
  * looked at once more (kvd/ring.c has the ordering contract).
  */
@@ -101,17 +101,35 @@ static void on_signal(struct kvd *d, int res)
 
 static void on_accept(struct kvd *d, struct io_uring_cqe *cqe, int type)
 {
+	int which = type == KVD_EV_ACCEPT ? 0 : 1;
+	int fd = which ? d->admin_fd : d->listen_fd;
+
 	if (cqe->res >= 0) {
 		if (type == KVD_EV_ACCEPT)
 			kvd_client_accept(d, cqe->res);
 		else
 			kvd_admin_accept(d, cqe->res);
 	} else if (cqe->res != -EINTR && cqe->res != -ECANCELED) {
-		kvd_warn("accept: %s", strerror(-cqe->res));
+		if (kvd_ratelimit(&d->rl_accept))
+			kvd_warn("accept: %s", strerror(-cqe->res));
 	}
-	if (!(cqe->flags & IORING_CQE_F_MORE) && !d->stop)
-		arm_accept(d, type == KVD_EV_ACCEPT ? d->listen_fd : d->admin_fd,
-			   type);
+	if ((cqe->flags & IORING_CQE_F_MORE) || d->stop)
+		return;
+	/* Out of fds: retrying at once would spin; the tick retries. */
+	if (cqe->res == -EMFILE || cqe->res == -ENFILE ||
+	    cqe->res == -ENOBUFS || cqe->res == -ENOMEM)
+		d->accept_paused[which] = true;
+	else
+		arm_accept(d, fd, type);
+}
+
+static void resume_accept(struct kvd *d)
+{
+	if (d->accept_paused[0])
+		arm_accept(d, d->listen_fd, KVD_EV_ACCEPT);
+	if (d->accept_paused[1])
+		arm_accept(d, d->admin_fd, KVD_EV_ADMIN_ACCEPT);
+	d->accept_paused[0] = d->accept_paused[1] = false;
 }
 
 static void dispatch(struct kvd *d, struct io_uring_cqe *cqe)
@@ -130,12 +148,13 @@ static void dispatch(struct kvd *d, struct io_uring_cqe *cqe)
 	case KVD_EV_TICK:
 		kvd_clients_tick(d);
 		kvd_admin_tick(d);
+		resume_accept(d);
 		return arm_tick(d);
 	case KVD_EV_ADMIN_RECV:
 		return kvd_admin_recv_done(d, slot, cqe->res);
 	case KVD_EV_CTRL:
 	case KVD_EV_DOORBELL:
-		if (slot >= d->cfg.max_clients)
+		if (slot >= d->nr_slots)
 			break;
 		c = &d->clients[slot];
 		if (kvd_warn_on_once(c->gen != gen || !c->inflight))
@@ -157,7 +176,7 @@ static void drain_rings(struct kvd *d)
 
 	while (again && !d->stop) {
 		again = false;
-		for (uint32_t i = 0; i < d->cfg.max_clients; i++) {
+		for (uint32_t i = 0; i < d->nr_slots; i++) {
 			struct kvd_client *c = &d->clients[i];
 			int n;
 
@@ -168,8 +187,8 @@ static void drain_rings(struct kvd *d)
 			n = kvd_ring_process(d, c, d->cfg.sq_budget);
 			if (n < 0)
 				kvd_client_kill(d, c, "corrupt ring indices");
-			else if ((uint32_t)n == d->cfg.sq_budget)
-				again = true;
+			else if (n > 0)
+				again = true;	/* maybe more: look again */
 		}
 	}
 }
@@ -179,7 +198,7 @@ static bool prepare_sleep(struct kvd *d)
 {
 	bool busy = false;
 
-	for (uint32_t i = 0; i < d->cfg.max_clients; i++) {
+	for (uint32_t i = 0; i < d->nr_slots; i++) {
 		struct kvd_client *c = &d->clients[i];
 
 		if (c->state == KVD_CLIENT_LIVE && kvd_ring_prepare_sleep(c))

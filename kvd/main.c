@@ -335,12 +335,13 @@ static int books_init(struct kvd *d)
 
 	if (kvd_pool_init(&d->pool, nr_pages))
 		return -1;
-	d->clients = calloc(d->cfg.max_clients, sizeof(*d->clients));
+	d->nr_slots = d->cfg.max_clients + KVD_MAX_PENDING;
+	d->clients = calloc(d->nr_slots, sizeof(*d->clients));
 	d->ns = calloc(d->cfg.max_namespaces, sizeof(*d->ns));
 	d->scratch = malloc(KV_MAX_DATA_BYTES);
 	if (!d->clients || !d->ns || !d->scratch)
 		return -1;
-	for (uint32_t i = 0; i < d->cfg.max_clients; i++) {
+	for (uint32_t i = 0; i < d->nr_slots; i++) {
 		d->clients[i].slot = i;
 		d->clients[i].sock = -1;
 		d->clients[i].ring_fd = -1;
@@ -353,13 +354,13 @@ static int books_init(struct kvd *d)
 
 static void shutdown_all(struct kvd *d)
 {
-	for (uint32_t i = 0; d->clients && i < d->cfg.max_clients; i++)
+	for (uint32_t i = 0; d->clients && i < d->nr_slots; i++)
 		kvd_client_kill(d, &d->clients[i], NULL);
 	for (int i = 0; i < KVD_MAX_ADMIN; i++)
 		if (d->adm[i].fd >= 0)
 			close(d->adm[i].fd);
 	kvd_loop_exit(d);
-	for (uint32_t i = 0; d->clients && i < d->cfg.max_clients; i++) {
+	for (uint32_t i = 0; d->clients && i < d->nr_slots; i++) {
 		d->clients[i].inflight = 1;
 		kvd_client_put_op(d, &d->clients[i]);
 	}
@@ -415,7 +416,7 @@ int main(int argc, char **argv)
 	d->lock_fds[1] = lock_path(admin_path);
 	if (d->lock_fds[1] < 0)
 		goto out;
-	raise_nofile(d->cfg.max_clients);
+	raise_nofile(d->cfg.max_clients + KVD_MAX_PENDING);
 	if (books_init(d)) {
 		kvd_err("out of memory sizing the books");
 		goto out;

@@ -124,6 +124,8 @@ int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 		ret = data_range(c, sqe->off, (uint64_t)sqe->nr * 4);
 		if (ret)
 			return ret;
+		if (sqe->nr > KV_MAX_IDS)	/* bounds the time one SQE takes */
+			return -E2BIG;
 	}
 	return def->issue(d, c, sqe);
 }

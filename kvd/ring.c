@@ -136,14 +136,14 @@ static bool cq_has_room(struct kvd_client *c)
 }
 
 /*
- * kvd_ring_process - serve up to @budget SQEs of @c. Returns the number
- * served, or -EPROTO when the client's indices are corrupt (the caller
+ * kvd_ring_process - serve SQEs of @c until @budget units of work are
+ * spent (an SQE of n ids costs 1 + n / 1024). Returns the number served, or -EPROTO when the client's indices are corrupt (the caller
  * disconnects it). Stops early, leaving SQEs queued, when the CQ is full:
  * no completion is ever dropped.
  */
 int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 {
-	uint32_t head = c->sq_head, tail, done = 0;
+	uint32_t head = c->sq_head, tail, done = 0, work = 0;
 
 	/* D1: pairs with the client's release of sq_tail (C1). */
 	tail = kv_smp_load_acquire(c->sq_ktail);
@@ -154,7 +154,8 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		kv_atomic_andnot(c->sq_kflags, KV_SQ_CQ_FULL);
 		c->cq_stalled = false;
 	}
-	while (head != tail && done < budget) {
+	/* Budget in work, not SQEs: an SQE of n ids costs 1 + n / 1024. */
+	while (head != tail && work < budget) {
 		struct kv_sqe sqe;
 		struct kv_cqe *cqe;
 		int res;
@@ -172,6 +173,7 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		cqe->flags = 0;
 		c->cq_tail++;
 		done++;
+		work += 1 + sqe.nr / 1024;
 	}
 	if (!done)
 		return 0;

@@ -38,7 +38,7 @@ static int ids_fit(const struct kv_client *c, const void *ids, unsigned nr)
 {
 	if (!c || !ids || !nr)
 		return -EINVAL;
-	if ((uint64_t)nr * sizeof(kv_block_t) > c->data_bytes)
+	if (nr > KV_MAX_IDS || (uint64_t)nr * sizeof(kv_block_t) > c->data_bytes)
 		return -E2BIG;
 	return 0;
 }

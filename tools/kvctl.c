@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -64,6 +65,7 @@ static ssize_t admin_call(const char *path, uint32_t cmd, void *buf)
 		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
 		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN, .cmd = cmd,
 	};
+	struct timeval tv = { .tv_sec = 5 };
 	ssize_t n;
 	int fd;
 
@@ -71,6 +73,8 @@ static ssize_t admin_call(const char *path, uint32_t cmd, void *buf)
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	/* A kvd that accepts but never answers must not hang us. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
 	    send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
 		n = -errno;
@@ -78,7 +82,7 @@ static ssize_t admin_call(const char *path, uint32_t cmd, void *buf)
 	}
 	n = recv(fd, buf, REPLY_MAX, 0);
 	if (n < 0)
-		n = -errno;
+		n = errno == EAGAIN ? -ETIMEDOUT : -errno;
 	else if (n == 0)
 		n = -ECONNRESET;
 out:
@@ -127,6 +131,9 @@ static void emit_status(struct kv_emit *e, const struct kv_admin_status *st,
 
 		memcpy(model, ns[i].model_id, sizeof(model));
 		model[sizeof(model) - 1] = 0;
+		for (char *p = model; *p; p++)	/* kvd checks; be safe anyway */
+			if (*p < 0x21 || *p > 0x7e)
+				*p = '?';
 		kv_emit_row_begin(e);
 		kv_emit_cell_u64(e, ns[i].id);
 		kv_emit_cell_str(e, model);
@@ -181,7 +188,9 @@ static const char *hint(int err)
 	switch (err) {
 	case -ENOENT:
 	case -ECONNREFUSED:
-		return " (is kvd running?)";
+		return " (is kvd running, and is this its admin socket?)";
+	case -ETIMEDOUT:
+		return " (kvd accepted but did not answer in 5 s)";
 	case -EPIPE:
 	case -ECONNRESET:
 		return " (kvd closed the connection: too many admin connections at once?)";

@@ -84,6 +84,7 @@ struct kv_hello {
 };
 
 #define KV_MAX_SQ_ENTRIES	4096
+#define KV_MAX_IDS		65536	/* ids in one SQE; beyond: -E2BIG */
 #define KV_MIN_DATA_BYTES	4096
 #define KV_MAX_DATA_BYTES	(16U << 20)
 

@@ -228,7 +228,58 @@ static void bad_hellos(void)
 	h.geom.layers = 100000;
 	T_EQ(raw_hello(&h, sizeof(h), NULL), -EINVAL);
 	h.geom = t_geom();
+	strcpy(h.model_id, "bad\x1b[2Jname");			/* escapes */
+	T_EQ(raw_hello(&h, sizeof(h), msg), -EINVAL);
+	T_ASSERT(strstr(msg, "printable"));
+	strcpy(h.model_id, "m");
 	T_EQ(raw_hello(&h, sizeof(h), NULL), 0);		/* sane one */
+}
+
+/* One SQE may name at most KV_MAX_IDS ids, however big the data area. */
+static void too_many_ids(void)
+{
+	struct kv_connect_params p = { 0 };
+	struct kv_client *c;
+	struct kv_sqe s;
+	static kv_block_t ids[KV_MAX_IDS + 1];
+
+	p.socket_path = k.sock;
+	p.model_id = "model-a";
+	p.geom = t_geom();
+	p.data_bytes = 1 << 20;
+	T_EQ(kv_connect(&p, &c), 0);
+	memset(&s, 0, sizeof(s));
+	kv_prep_alloc(&s, KV_MAX_IDS + 1, 0);
+	T_EQ(raw_sqe(c, &s), -E2BIG);
+	kv_prep_release(&s, 0, KV_MAX_IDS + 1);
+	T_EQ(raw_sqe(c, &s), -E2BIG);
+	T_EQ(kv_alloc(c, KV_MAX_IDS + 1, ids), -E2BIG);
+	T_EQ(kv_disconnect(c), 0);
+}
+
+/* Idle namespaces are freed: more models over time than slots. */
+static void many_models(void)
+{
+	struct kv_client *c;
+	kv_block_t id;
+	char name[32];
+
+	for (int i = 0; i < 80; i++) {	/* kvd has 64 namespace slots */
+		snprintf(name, sizeof(name), "model-%d", i);
+		T_EQ(t_connect(&k, name, NULL, &c), 0);
+		T_EQ(kv_alloc(c, 1, &id), 1);
+		T_EQ(kv_disconnect(c), 0);
+		/* kvd frees it once it saw the close; wait for that */
+		for (int j = 0; j < 200; j++) {
+			char *js = t_kvctl(&k, "status");
+			long long n = t_json_int(js, "nr_namespaces");
+
+			free(js);
+			if (n == 1)	/* only the bystander's */
+				break;
+			usleep(5000);
+		}
+	}
 }
 
 static void library_checks(void)
@@ -303,6 +354,9 @@ int main(void)
 	bad_hellos();
 	bystander_ok();
 	library_checks();
+	too_many_ids();
+	many_models();
+	bystander_ok();
 	pool_sealed(c);
 	bystander_ok();
 	T_EQ(kv_disconnect(c), 0);
@@ -318,7 +372,7 @@ int main(void)
 		usleep(10000);
 	}
 	T_ASSERT(js);
-	T_EQ(t_json_int(js, "blocks_used"), 0);
+	T_EQ(t_json_int(js, "nr_namespaces"), 0);	/* idle: freed */
 	T_EQ(t_json_int(js, "pages_used"), 0);
 	free(js);
 	t_kvd_stop(&k);

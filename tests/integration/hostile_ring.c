@@ -127,7 +127,7 @@ int main(void)
 			break;
 		usleep(10000);
 	}
-	T_EQ(t_json_int(js, "blocks_used"), 0);
+	T_EQ(t_json_int(js, "nr_namespaces"), 0);	/* idle: freed */
 	T_EQ(t_json_int(js, "pages_used"), 0);
 	free(js);
 	t_kvd_stop(&k);

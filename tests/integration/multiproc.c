@@ -82,8 +82,15 @@ int main(void)
 		T_ASSERT(WIFEXITED(status));
 		T_EQ(WEXITSTATUS(status), 0);
 	}
-	js = t_kvctl(&k, "status");
-	T_EQ(t_json_int(js, "blocks_used"), 0);
+	js = NULL;
+	for (int i = 0; i < 300; i++) {
+		free(js);
+		js = t_kvctl(&k, "status");
+		if (t_json_int(js, "nr_clients") == 0)
+			break;
+		usleep(10000);
+	}
+	T_EQ(t_json_int(js, "nr_namespaces"), 0);	/* idle: freed */
 	T_EQ(t_json_int(js, "pages_used"), 0);
 	free(js);
 	t_kvd_stop(&k);
