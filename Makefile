@@ -23,7 +23,8 @@ NVCC		?= $(shell command -v nvcc 2>/dev/null || { [ -x $(CUDA_HOME)/bin/nvcc ] &
 KVD_SRCS	:= $(wildcard kvd/*.c)
 LIB_SRCS	:= $(wildcard libkvclient/*.c)
 KERNEL_CU	:= $(wildcard kernels/*.cu)
-UNIT_SRCS	:= $(wildcard tests/unit/test_*.c)
+UNIT_SRCS	:= $(filter-out tests/unit/test_lib_%,$(wildcard tests/unit/test_*.c))
+LIBUNIT_SRCS	:= $(wildcard tests/unit/test_lib_*.c)
 INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
 
 KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o)
@@ -32,7 +33,9 @@ KVD_CORE_OBJS	:= $(filter-out $(O)/obj/kvd/main.o,$(KVD_OBJS))
 KERNEL_REF_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard kernels/*.c))
 
 LIB		:= $(O)/$(SONAME)
-UNIT_BINS	:= $(UNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%)
+UNIT_BINS	:= $(UNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%) \
+		   $(LIBUNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%)
+LIB_LIBS	:= -lxxhash -lcrypto
 INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
 TOOLS		:= $(O)/kvctl $(O)/kvbench
 DEPS_STAMP	:= $(O)/.deps-ok
@@ -62,12 +65,12 @@ $(O)/pic/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h libkvclient/*.h)
 
 $(O)/kvd: $(KVD_OBJS)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -luring -ljemalloc
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -luring -ljemalloc -lxxhash
 
 $(LIB): $(LIB_OBJS) libkvclient/libkvclient.map
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) \
-		-Wl,--version-script=libkvclient/libkvclient.map -o $@ $(LIB_OBJS)
+		-Wl,--version-script=libkvclient/libkvclient.map -o $@ $(LIB_OBJS) $(LIB_LIBS)
 	$(Q)ln -sf $(SONAME) $(O)/libkvclient.so
 
 LIB_LINK	:= -L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..'
@@ -78,12 +81,17 @@ $(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o
 
 $(O)/kvbench: $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB_LINK) -lm
+	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB_LINK) -lm -ljson-c -lxxhash
+
+# Library unit tests (test_lib_*) link the library's objects, statics too.
+$(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIB_LIBS)
 
 # Unit tests link only the daemon modules (and cmocka).
 $(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(KERNEL_REF_OBJS)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring -lxxhash
 
 $(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h kvd/*.c kernels/*.h)
 	@mkdir -p $(dir $@)

@@ -5,7 +5,7 @@
 set -eu
 
 PKGS="build-essential clang pkg-config liburing-dev libjemalloc-dev \
-libcmocka-dev libxxhash-dev mandoc jq binutils"
+libcmocka-dev libxxhash-dev libssl-dev libjson-c-dev mandoc jq binutils"
 
 missing=""
 for p in $PKGS; do

@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 #define KV_ABI_MAJOR		1
-#define KV_ABI_MINOR		0
+#define KV_ABI_MINOR		1	/* 1: LOOKUP, ALLOC_PREFIX, COMMIT */
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -156,8 +156,37 @@ enum kv_op {
 	KV_OP_RELEASE		= 2,	/* nr ids read from data[off] */
 	KV_OP_REF		= 3,	/* nr ids read from data[off] */
 	KV_OP_STATS		= 4,	/* struct kv_stats written at data[off], nr = bytes */
+	KV_OP_LOOKUP		= 5,	/* nr hashes at data[off] -> hit ids at data[args[0]] */
+	KV_OP_ALLOC_PREFIX	= 6,	/* nr ids at data[off]: hits for the args[1]
+					 * hashes at data[args[0]], then new blocks */
+	KV_OP_COMMIT		= 7,	/* nr struct kv_commit at data[off] */
 	KV_OP__MAX,
 };
+
+/*
+ * A block hash: 128 bits, in the byte order kv_hash_blocks(3) documents
+ * (XXH3-128 canonical form, or the first 16 bytes of SHA-256). All zero
+ * is the root: the parent of a sequence's first block.
+ */
+struct kv_hash {
+	__u8	b[16];
+};
+
+/*
+ * One COMMIT entry (40 bytes). In: a block the caller holds, its hash
+ * and its parent's hash. Out: id is the block that now holds this hash
+ * for the caller (another id when the hash was already committed: the
+ * caller's block was released and a ref on the cached one taken, as
+ * vLLM does), flags has KV_COMMIT_DEDUP set in that case.
+ */
+struct kv_commit {
+	__u32	id;
+	__u32	flags;		/* in: zero; out: KV_COMMIT_* */
+	struct kv_hash hash;
+	struct kv_hash parent;
+};
+
+#define KV_COMMIT_DEDUP		(1U << 0)
 
 /*
  * Submission entry, 64 bytes. off/nr locate an array in the client's data
@@ -199,13 +228,23 @@ struct kv_stats {
 	__u32	client_blocks;	/* distinct blocks this client holds */
 	__u32	client_refs;	/* references this client holds */
 	__u64	ops;		/* SQEs kvd served for this client */
-	__u64	resv[4];
+	/* prefix cache of the client's namespace (since it was created) */
+	__u64	lookups;	/* LOOKUP and ALLOC_PREFIX requests */
+	__u64	hit_blocks;	/* blocks those returned as hits */
+	__u64	evictions;	/* cached blocks dropped to reuse memory */
+	__u32	cached_blocks;	/* committed, ref 0, evictable */
+	__u32	committed_blocks;	/* committed, any ref */
+	__u64	resv[2];
 };
 
 /* Admin socket (kvctl). */
 enum {
 	KV_ADMIN_STATUS		= 1,	/* reply: kv_admin_status + kv_admin_ns[nr_ns] */
 	KV_ADMIN_CLIENTS	= 2,	/* reply: kv_admin_status + kv_admin_client[nr_clients] */
+	KV_ADMIN_PREFIX		= 3,	/* reply: kv_admin_status + kv_admin_prefix[nr_ns] */
+	KV_ADMIN_EVICT		= 4,	/* arg[0]: ns id or ~0 for all; reply as PREFIX */
+	KV_ADMIN_TREE		= 5,	/* arg[0]: ns id, arg[1]: depth; reply:
+					 * kv_admin_status + kv_admin_tree_node[] */
 };
 
 struct kv_admin_req {
@@ -214,7 +253,8 @@ struct kv_admin_req {
 	__u16	abi_minor;
 	__u32	type;		/* KV_MSG_ADMIN */
 	__u32	cmd;		/* KV_ADMIN_* */
-	__u64	resv[2];
+	__u32	arg[2];
+	__u64	resv;
 };
 
 struct kv_admin_status {
@@ -269,6 +309,33 @@ struct kv_admin_client {
 	__u64	resv[2];
 };
 
+/* Prefix cache of one namespace. */
+struct kv_admin_prefix {
+	__u32	ns_id;
+	__u32	block_tokens;
+	char	model_id[KV_MODEL_ID_MAX];
+	__u64	lookups;
+	__u64	hit_blocks;
+	__u64	hit_tokens;
+	__u64	evictions;
+	__u32	cached_blocks;
+	__u32	committed_blocks;
+	__u32	blocks_used;
+	__u32	evicted_now;	/* KV_ADMIN_EVICT: blocks it dropped */
+	__u64	resv[2];
+};
+
+/* One committed block of a namespace's prefix tree, in depth-first order. */
+struct kv_admin_tree_node {
+	__u32	id;
+	__u32	parent;		/* ~0: a root (first block of a prefix) */
+	__u32	depth;		/* 0 for roots */
+	__u32	ref;		/* 0: cached, evictable when a leaf */
+	__u32	children;	/* committed children */
+	__u32	subtree;	/* committed blocks below it, itself included */
+	struct kv_hash hash;
+};
+
 #define KV_ADMIN_MAX_RECORDS	1024	/* = the most clients or namespaces */
 /* Largest admin reply datagram: the header and 1024 of the larger record. */
 #define KV_ADMIN_REPLY_MAX	(sizeof(struct kv_admin_status) + \
@@ -316,5 +383,8 @@ KV_STATIC_ASSERT(offsetof(struct kv_welcome, ring) % 8 == 0, "kv_welcome.ring");
 KV_STATIC_ASSERT(sizeof(struct kv_stats) % 8 == 0, "kv_stats");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
+KV_STATIC_ASSERT(sizeof(struct kv_commit) == 40, "kv_commit");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_prefix) % 8 == 0, "kv_admin_prefix");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_tree_node) == 40, "kv_admin_tree_node");
 
 #endif /* KV_ABI_H */

@@ -43,6 +43,7 @@ struct kv_connect_params {
 	unsigned	data_bytes;	/* 0: 256 KiB; multiple of 4096, up to 16 MiB */
 	char		*errbuf;	/* optional: kvd's reason when it refuses */
 	size_t		errbuf_len;
+	int		hash_algo;	/* enum kv_hash_algo for kv_seq; 0: XXH3-128 */
 };
 
 /* What kv_pool_info() reports about the mapped pool. */
@@ -147,6 +148,109 @@ int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids);
 int kv_release(struct kv_client *c, const kv_block_t *ids, unsigned nr);
 int kv_ref(struct kv_client *c, const kv_block_t *ids, unsigned nr);
 int kv_stats(struct kv_client *c, struct kv_stats *st);
+
+/*
+ * Block hashing (libkvclient/hash.c). The hash of a full block is
+ *   H(parent hash, the block's token ids, extra keys)
+ * over the exact byte layout documented in kv_hash_blocks(3), so other
+ * implementations (other hosts, remote tiers) can reproduce it.
+ */
+enum kv_hash_algo {
+	KV_HASH_XXH3_128	= 0,	/* libxxhash XXH3_128bits, seed 0 (default) */
+	KV_HASH_SHA256		= 1,	/* first 16 bytes of SHA-256 */
+};
+
+/* A multimodal input: tokens [offset, offset + length) come from content
+ * whose own hash (e.g. SHA-256 of the image bytes) is hash. */
+struct kv_mm_item {
+	uint32_t	offset;		/* token position in the sequence */
+	uint32_t	length;		/* tokens, >= 1 */
+	uint8_t		hash[32];
+};
+
+/* Extra keys: anything besides token ids that changes a block's KV. */
+struct kv_extra_keys {
+	const char	*lora_id;	/* adapter name, NULL or "" for none */
+	const struct kv_mm_item *mm;	/* sorted by offset, may overlap blocks */
+	size_t		nr_mm;
+	const void	*cache_salt;	/* per-request salt, NULL for none */
+	size_t		cache_salt_len;
+};
+
+/*
+ * kv_hash_blocks - hash every full block of @tokens[0..@n_tokens), which
+ * start at token position @start of their sequence (a multiple of
+ * @block_tokens). @parent is the hash of the block before @start (NULL or
+ * all-zero at the start of a sequence). Writes n_tokens / block_tokens
+ * hashes to @out, chained; a partial last block gets none. Returns that
+ * count, or -EINVAL (bad algo, block_tokens 0, start not aligned, NULL
+ * pointers with n_tokens > 0, mm item of length 0). Thread-safe.
+ */
+int kv_hash_blocks(int algo, const struct kv_hash *parent, size_t start,
+		   const uint32_t *tokens, size_t n_tokens,
+		   unsigned block_tokens, const struct kv_extra_keys *extra,
+		   struct kv_hash *out);
+
+/*
+ * Prefix-cache requests. Hash arrays in the data area are 16 bytes per
+ * hash at 8-byte aligned offsets; id arrays 4 bytes per id.
+ * LOOKUP: the longest committed prefix of the @nr hashes, refs taken;
+ * res = hits h, ids at ids_off[0..h). ALLOC_PREFIX: the same for
+ * @n_hashes hashes, then new blocks up to @nr_blocks in all (all or
+ * nothing); res = h. COMMIT: @nr struct kv_commit entries, updated in
+ * place (see struct kv_commit); res = nr.
+ */
+void kv_prep_lookup(struct kv_sqe *sqe, uint32_t hashes_off, unsigned nr,
+		    uint32_t ids_off);
+void kv_prep_alloc_prefix(struct kv_sqe *sqe, uint32_t hashes_off,
+			  unsigned n_hashes, unsigned nr_blocks,
+			  uint32_t ids_off);
+void kv_prep_commit(struct kv_sqe *sqe, uint32_t entries_off, unsigned nr);
+
+/*
+ * Synchronous prefix-cache calls (same data-area rules as kv_alloc).
+ * kv_lookup returns the hit count h (ids[0..h) held, refs taken);
+ * kv_alloc_prefix returns h with all @nr_blocks ids in @ids (-ENOSPC:
+ * nothing taken); kv_commit returns @nr, each entry's id possibly
+ * replaced by the cached block it deduplicated to (-EPERM a block not
+ * held, -EEXIST a block already committed; nothing changes on error).
+ */
+int kv_lookup(struct kv_client *c, const struct kv_hash *hashes, unsigned nr,
+	      kv_block_t *ids);
+int kv_alloc_prefix(struct kv_client *c, const struct kv_hash *hashes,
+		    unsigned n_hashes, unsigned nr_blocks, kv_block_t *ids);
+int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr);
+
+/*
+ * kv_seq: one request's sequence (libkvclient/seq.c), what an engine
+ * holds per request. Not thread-safe; a seq belongs to one client.
+ *
+ * kv_seq_open: prompt lookup and allocation in one round trip. The first
+ * kv_seq_hit_tokens() tokens' KV is already in the pool (prefix hit); the
+ * engine computes and writes the rest, into blocks of the block table.
+ * kv_seq_open_hashes: the same from precomputed full-block hashes plus
+ * the tokens of the partial last block (trace replay, remote hashing).
+ * kv_seq_append: n more tokens; blocks are allocated when one fills, and
+ * every block whose tokens were all appended before this call (their KV
+ * written by now) is committed. kv_seq_commit(s): commit every full block
+ * now (after prefill). kv_seq_fork: a child sharing all blocks (refs),
+ * its partial last block copied. kv_seq_close: release everything;
+ * committed blocks stay cached. Errors are -errno as for kv_alloc.
+ */
+struct kv_seq;
+
+int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,
+		const struct kv_extra_keys *extra, struct kv_seq **out);
+int kv_seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
+		       size_t n_hashes, const uint32_t *tail,
+		       size_t n_tail, struct kv_seq **out);
+int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n);
+int kv_seq_commit(struct kv_seq *s);
+int kv_seq_fork(struct kv_seq *s, struct kv_seq **out);
+int kv_seq_close(struct kv_seq *s);
+const kv_block_t *kv_seq_block_table(const struct kv_seq *s, uint32_t *nr);
+size_t kv_seq_len(const struct kv_seq *s);
+size_t kv_seq_hit_tokens(const struct kv_seq *s);
 
 #ifdef __cplusplus
 }
