@@ -87,6 +87,38 @@ static size_t fill_clients(struct kvd *d, void *buf)
 	return n;
 }
 
+/* Prefix-cache books of each namespace; with @evict, drop the cached ones
+ * of namespace @ns_id (~0: all) first. */
+static size_t fill_prefix(struct kvd *d, void *buf, bool evict,
+			  uint32_t ns_id)
+{
+	struct kv_admin_prefix *r = buf;
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < d->cfg.max_namespaces &&
+	     n < KV_ADMIN_MAX_RECORDS; i++) {
+		struct kvd_ns *ns = &d->ns[i];
+
+		if (!ns->live)
+			continue;
+		memset(&r[n], 0, sizeof(r[n]));
+		if (evict && (ns_id == UINT32_MAX || ns_id == ns->id))
+			r[n].evicted_now = kvd_prefix_evict_all(ns);
+		r[n].ns_id = ns->id;
+		r[n].block_tokens = ns->geom.block_tokens;
+		memcpy(r[n].model_id, ns->model_id, sizeof(r[n].model_id));
+		r[n].lookups = ns->lookups;
+		r[n].hit_blocks = ns->hit_blocks;
+		r[n].hit_tokens = ns->hit_blocks * ns->geom.block_tokens;
+		r[n].evictions = ns->evictions;
+		r[n].cached_blocks = ns->cached_blocks;
+		r[n].committed_blocks = ns->committed_blocks;
+		r[n].blocks_used = ns->blocks_used;
+		n++;
+	}
+	return n;
+}
+
 static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 {
 	size_t max = KV_ADMIN_REPLY_MAX;
@@ -108,6 +140,24 @@ static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 	} else if (a->req.cmd == KV_ADMIN_CLIENTS) {
 		n = fill_clients(d, buf + sizeof(*st));
 		rec = sizeof(struct kv_admin_client);
+	} else if (a->req.cmd == KV_ADMIN_PREFIX ||
+		   a->req.cmd == KV_ADMIN_EVICT) {
+		n = fill_prefix(d, buf + sizeof(*st),
+				a->req.cmd == KV_ADMIN_EVICT, a->req.arg[0]);
+		rec = sizeof(struct kv_admin_prefix);
+	} else if (a->req.cmd == KV_ADMIN_TREE) {
+		int ret = a->req.arg[0] < d->cfg.max_namespaces &&
+			  d->ns[a->req.arg[0]].live ?
+			  kvd_prefix_tree(&d->ns[a->req.arg[0]],
+					  (void *)(buf + sizeof(*st)),
+					  KV_ADMIN_MAX_RECORDS,
+					  a->req.arg[1]) : -ENOENT;
+
+		if (ret < 0)
+			st->status = ret;
+		else
+			n = (size_t)ret;
+		rec = sizeof(struct kv_admin_tree_node);
 	} else {
 		st->status = -EOPNOTSUPP;
 	}

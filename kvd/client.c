@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "daemon.h"
 
@@ -223,13 +224,24 @@ static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
 	return kvd_geometry_check(&h->geom, d->pool.bytes, why);
 }
 
-static struct kvd_ns *ns_get(struct kvd *d, const struct kv_hello *h, int *err)
+/*
+ * Until tenants are configured, each uid is its own tenant; its secret
+ * is derived from the daemon's random secret, so keys differ per tenant
+ * and per daemon start.
+ */
+static uint64_t tenant_seed(const struct kvd *d, uint32_t tenant)
+{
+	return XXH3_64bits_withSeed(&tenant, sizeof(tenant), d->secret);
+}
+
+static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
+			     const struct kv_hello *h, int *err)
 {
 	struct kvd_ns *free_ns = NULL;
-	uint32_t i;
+	uint32_t i, tenant = c->uid;
 
 	for (i = 0; i < d->cfg.max_namespaces; i++) {
-		if (kvd_ns_match(&d->ns[i], h->model_id, &h->geom))
+		if (kvd_ns_match(&d->ns[i], h->model_id, &h->geom, tenant))
 			return &d->ns[i];
 		if (!d->ns[i].live && !free_ns)
 			free_ns = &d->ns[i];
@@ -238,7 +250,8 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kv_hello *h, int *err)
 	if (!free_ns)
 		return NULL;
 	*err = kvd_ns_init(free_ns, &d->pool, (uint32_t)(free_ns - d->ns),
-			   h->model_id, &h->geom);
+			   h->model_id, &h->geom, tenant,
+			   tenant_seed(d, tenant));
 	if (*err)
 		return NULL;
 	d->nr_ns++;
@@ -286,7 +299,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 		}
 		return refuse(d, c, err, why);
 	}
-	c->ns = ns_get(d, h, &err);
+	c->ns = ns_get(d, c, h, &err);
 	if (!c->ns)
 		return refuse(d, c, err, err == -ENOSPC ?
 			      "no namespace slot left" :

@@ -114,7 +114,8 @@ struct kvd {
 	struct kvd_ns	*ns;		/* [cfg.max_namespaces] */
 	uint32_t	nr_ns;
 	struct kvd_admin_conn adm[KVD_MAX_ADMIN];
-	uint32_t	*scratch;	/* private copy of id arrays */
+	void		*scratch;	/* private copies of request arrays */
+	uint64_t	secret;		/* random per start: tenant keys */
 
 	bool		accept_paused[2];	/* out of fds: re-armed by the tick */
 	struct kvd_ratelimit rl_full, rl_kill, rl_accept;

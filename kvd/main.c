@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <linux/memfd.h>
 #include <sys/signalfd.h>
@@ -417,6 +418,10 @@ int main(int argc, char **argv)
 	if (d->lock_fds[1] < 0)
 		goto out;
 	raise_nofile(d->cfg.max_clients + KVD_MAX_PENDING);
+	if (getrandom(&d->secret, sizeof(d->secret), 0) != sizeof(d->secret)) {
+		kvd_err("getrandom: %m");
+		goto out;
+	}
 	if (books_init(d)) {
 		kvd_err("out of memory sizing the books");
 		goto out;

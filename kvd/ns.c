@@ -65,9 +65,10 @@ int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 }
 
 bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
-		  const struct kv_geometry *g)
+		  const struct kv_geometry *g, uint32_t tenant)
 {
-	return ns->live && !strcmp(ns->model_id, model_id) &&
+	return ns->live && ns->tenant == tenant &&
+	       !strcmp(ns->model_id, model_id) &&
 	       !memcmp(&ns->geom, g, sizeof(*g));
 }
 
@@ -112,12 +113,15 @@ static int holds_init(struct kvd_holds *hs, uint32_t cap)
 }
 
 int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
-		const char *model_id, const struct kv_geometry *g)
+		const char *model_id, const struct kv_geometry *g,
+		uint32_t tenant, uint64_t seed)
 {
 	int ret;
 
 	memset(ns, 0, sizeof(*ns));
 	ns->id = id;
+	ns->tenant = tenant;
+	ns->seed = seed;
 	ns->pool = pool;
 	ns->geom = *g;
 	snprintf(ns->model_id, sizeof(ns->model_id), "%s", model_id);
@@ -137,6 +141,9 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 		goto err_free;
 	/* Each block has one holder mostly; shared ones more (fork, REF). */
 	ret = holds_init(&ns->holds, 2 * ns->max_blocks + 1024);
+	if (ret)
+		goto err_free;
+	ret = kvd_prefix_init(ns);
 	if (ret)
 		goto err_free;
 	ns->free_slab = KVD_NIL;	/* then slots_used++ (see holds_init) */
@@ -159,6 +166,7 @@ void kvd_ns_exit(struct kvd_ns *ns)
 	free(ns->slabs);
 	free(ns->holds.nodes);
 	free(ns->holds.buckets);
+	kvd_prefix_exit(ns);
 	memset(ns, 0, sizeof(*ns));
 }
 
@@ -238,6 +246,11 @@ static void slab_put(struct kvd_ns *ns, uint32_t s)
 	ns->free_slab = s;
 }
 
+/*
+ * A new block with one ref: free blocks first (a slab's free list, then a
+ * new slab from the page pool), then the least recently used cached leaf
+ * is evicted (kvd/prefix.c). -ENOSPC only when nothing is evictable.
+ */
 static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 {
 	struct kvd_slab *slab;
@@ -247,6 +260,13 @@ static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 
 	if (s == KVD_NIL) {
 		ret = slab_new(ns);
+		if (ret == -ENOSPC && !kvd_prefix_evict_one(ns, id)) {
+			b = &ns->blocks[*id];
+			b->ref = 1;
+			b->state = KVD_BLOCK_HELD;
+			ns->blocks_used++;
+			return 0;
+		}
 		if (ret < 0)
 			return ret;
 		s = (uint32_t)ret;
@@ -268,8 +288,8 @@ static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 	return 0;
 }
 
-/* Last ref gone: back on its slab's free list. */
-static void block_free(struct kvd_ns *ns, uint32_t id)
+/* Ref 0 and not cached: back on its slab's free list. */
+void __kvd_block_free(struct kvd_ns *ns, uint32_t id)
 {
 	struct kvd_block *b = &ns->blocks[id];
 	struct kvd_slab *slab = &ns->slabs[b->slab];
@@ -277,7 +297,6 @@ static void block_free(struct kvd_ns *ns, uint32_t id)
 	b->state = KVD_BLOCK_FREE;
 	b->next_free = slab->free_head;
 	slab->free_head = id;
-	ns->blocks_used--;
 	if (slab->nr_free++ == 0)
 		partial_add(ns, b->slab);
 	if (slab->nr_free == slab->nr_blocks)
@@ -365,6 +384,34 @@ static void hold_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
 	hr->nr_blocks--;
 }
 
+/* One more ref on @id for @hr, which may or may not hold it already. */
+int __kvd_hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
+{
+	uint32_t h = hold_find(&ns->holds, hr->slot, id);
+
+	if (h != KVD_NIL) {
+		ns->holds.nodes[h].count++;
+		hr->nr_refs++;
+	} else if (ns->holds.nr < ns->holds.cap) {
+		hold_add(&ns->holds, hr, id);
+	} else {
+		return -ENOMEM;
+	}
+	kvd_block_get(ns, id);
+	return 0;
+}
+
+/* One ref less on @id, which @hr holds (checked by the caller). */
+void __kvd_hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
+{
+	uint32_t h = hold_find(&ns->holds, hr->slot, id);
+
+	if (--ns->holds.nodes[h].count == 0)
+		hold_del(&ns->holds, hr, h);
+	hr->nr_refs--;
+	kvd_block_put(ns, id);
+}
+
 void kvd_holder_init(struct kvd_holder *h, uint32_t slot)
 {
 	h->slot = slot;
@@ -375,11 +422,34 @@ void kvd_holder_init(struct kvd_holder *h, uint32_t slot)
 
 /* ---- operations ---- */
 
-static void put_block(struct kvd_ns *ns, uint32_t id)
+/* One more ref; a cached block leaves the cache (and the LRU). */
+void kvd_block_get(struct kvd_ns *ns, uint32_t id)
 {
-	if (--ns->blocks[id].ref == 0)
-		block_free(ns, id);
+	struct kvd_block *b = &ns->blocks[id];
+
+	if (b->ref++ == 0) {
+		kvd_warn_on_once(b->state != KVD_BLOCK_CACHED);
+		kvd_prefix_uncache(ns, id);
+		b->state = KVD_BLOCK_HELD;
+		ns->blocks_used++;
+	}
 }
+
+/* One ref less; at 0 a committed block is cached, any other freed. */
+void kvd_block_put(struct kvd_ns *ns, uint32_t id)
+{
+	struct kvd_block *b = &ns->blocks[id];
+
+	if (--b->ref)
+		return;
+	ns->blocks_used--;
+	if (b->committed)
+		kvd_prefix_cache(ns, id);
+	else
+		__kvd_block_free(ns, id);
+}
+
+#define put_block	kvd_block_put
 
 /*
  * kvd_ns_alloc - @nr new blocks, each with one ref held by @hr; ids
@@ -389,15 +459,35 @@ static void put_block(struct kvd_ns *ns, uint32_t id)
 int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		 uint32_t nr)
 {
-	uint32_t i, id;
-	int ret;
-
 	if (!nr)
 		return -EINVAL;
 	if (nr > ns->max_blocks)
 		return -E2BIG;
 	if (ns->holds.cap - ns->holds.nr < nr)
 		return -ENOMEM;
+	return __kvd_ns_alloc_ids(ns, hr, ids, nr);
+}
+
+/* Blocks that can still be had: free in slabs, in free pages, cached. */
+static uint64_t can_alloc(const struct kvd_ns *ns)
+{
+	uint64_t free_pages = ns->pool->nr_pages - ns->pool->pages_used;
+
+	return (uint64_t)ns->nr_blocks - ns->blocks_used - ns->cached_blocks +
+	       free_pages * KV_PAGE_BYTES / ns->block_bytes +
+	       ns->cached_blocks;
+}
+
+/* Checked by the caller: @nr blocks for @hr, all or nothing. */
+int __kvd_ns_alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
+		       uint32_t *ids, uint32_t nr)
+{
+	uint32_t i, id;
+	int ret;
+
+	/* Cheap refusal first, so a hopeless ALLOC evicts nothing. */
+	if (can_alloc(ns) < nr)
+		return -ENOSPC;
 	for (i = 0; i < nr; i++) {
 		ret = block_alloc(ns, &id);
 		if (ret)

@@ -15,15 +15,28 @@
 enum kvd_block_state {
 	KVD_BLOCK_NONE = 0,	/* not inside a live slab */
 	KVD_BLOCK_FREE,		/* in a slab, ref 0 */
-	KVD_BLOCK_HELD,		/* ref > 0 */
+	KVD_BLOCK_HELD,		/* ref > 0 (committed or not) */
+	KVD_BLOCK_CACHED,	/* ref 0, committed: in the prefix cache */
 };
 
-/* Per-block books, like struct page: indexed by block id. */
+/*
+ * Per-block books, like struct page: indexed by block id. Every block is
+ * exactly one of free / held / cached; committed blocks (held or cached)
+ * are in the prefix index under key, linked to their parent.
+ */
 struct kvd_block {
 	uint32_t	ref;
 	uint32_t	slab;		/* index into ns->slabs */
 	uint32_t	next_free;	/* slab free list link */
+	uint32_t	parent;		/* committed parent, KVD_NIL for a root */
+	uint32_t	nr_children;	/* committed blocks whose parent this is */
+	uint32_t	lru_prev, lru_next;	/* on the LRU: cached leaves */
+	uint32_t	hnext;		/* index chain: id + 1, 0 ends */
+	struct kv_hash	key;		/* index key (tenant secret mixed in) */
 	uint8_t		state;		/* enum kvd_block_state */
+	bool		committed;
+	bool		on_lru;
+	bool		mark;		/* scratch for batch checks */
 };
 
 struct kvd_slab {
@@ -83,18 +96,33 @@ struct kvd_ns {
 	uint32_t	slab_slots_used; /* slots [0, used) were handed out once */
 	uint32_t	partial;	/* live slabs with a free block */
 	uint32_t	nr_blocks;	/* blocks in live slabs */
-	uint32_t	blocks_used;
+	uint32_t	blocks_used;	/* ref > 0 */
 	uint32_t	nr_clients;
 	struct kvd_holds holds;
+
+	/* prefix cache (kvd/prefix.c) */
+	uint32_t	tenant;
+	uint64_t	seed;		/* per-tenant secret mixed into keys */
+	uint32_t	*index;		/* [mask + 1] buckets: id + 1, 0 empty */
+	uint32_t	index_mask;
+	uint32_t	lru_head;	/* least recently used: evicted first */
+	uint32_t	lru_tail;
+	uint32_t	lru_len;
+	uint32_t	cached_blocks;	/* state CACHED */
+	uint32_t	committed_blocks;
+	uint64_t	lookups;
+	uint64_t	hit_blocks;
+	uint64_t	evictions;
 };
 
 int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		       const char **why);
 int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
-		const char *model_id, const struct kv_geometry *g);
+		const char *model_id, const struct kv_geometry *g,
+		uint32_t tenant, uint64_t seed);
 void kvd_ns_exit(struct kvd_ns *ns);
 bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
-		  const struct kv_geometry *g);
+		  const struct kv_geometry *g, uint32_t tenant);
 
 void kvd_holder_init(struct kvd_holder *h, uint32_t slot);
 int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *h, uint32_t *ids,
@@ -106,5 +134,35 @@ int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *h, const uint32_t *ids,
 void kvd_ns_release_all(struct kvd_ns *ns, struct kvd_holder *h);
 uint32_t kvd_ns_hold_count(const struct kvd_ns *ns, uint32_t client,
 			   uint32_t block);
+
+/* Ref counting shared with prefix.c: _get takes a held or cached block,
+ * _put drops a ref (a committed block is cached at 0, others freed). */
+void kvd_block_get(struct kvd_ns *ns, uint32_t id);
+void kvd_block_put(struct kvd_ns *ns, uint32_t id);
+/* Caller checked: one more ref for @hr (hold and block), or one less. */
+int __kvd_hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id);
+void __kvd_hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id);
+/* Caller checked: @id has ref 0 and is not committed: back to its slab. */
+void __kvd_block_free(struct kvd_ns *ns, uint32_t id);
+int __kvd_ns_alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
+		       uint32_t *ids, uint32_t nr);
+
+/* prefix.c: the prefix cache of a namespace */
+int kvd_prefix_init(struct kvd_ns *ns);
+void kvd_prefix_exit(struct kvd_ns *ns);
+void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id);
+void kvd_prefix_uncache(struct kvd_ns *ns, uint32_t id);
+int kvd_prefix_evict_one(struct kvd_ns *ns, uint32_t *id);
+uint32_t kvd_prefix_evict_all(struct kvd_ns *ns);
+int kvd_prefix_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
+		      const struct kv_hash *hashes, uint32_t nr, uint32_t *ids);
+int kvd_prefix_alloc(struct kvd_ns *ns, struct kvd_holder *hr,
+		     const struct kv_hash *hashes, uint32_t n_hashes,
+		     uint32_t *ids, uint32_t nr);
+int kvd_prefix_commit(struct kvd_ns *ns, struct kvd_holder *hr,
+		      struct kv_commit *e, uint32_t nr);
+struct kv_admin_tree_node;
+int kvd_prefix_tree(struct kvd_ns *ns, struct kv_admin_tree_node *out,
+		    uint32_t max, uint32_t depth);
 
 #endif /* KVD_NS_H */

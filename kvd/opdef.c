@@ -11,16 +11,23 @@
 
 struct kvd_op_def {
 	const char	*name;
-	bool		ids;		/* off/nr name an id array */
+	uint32_t	elem;		/* off/nr name an array of elem-byte
+					 * entries, 4-byte ids or 40-byte commits */
+	uint32_t	args;		/* how many of args[] the op reads */
 	int		(*issue)(struct kvd *d, struct kvd_client *c,
 				 const struct kv_sqe *sqe);
 };
+
+/* Private copies of what a request reads from shared memory. */
+#define SCRATCH_IDS(d)		((uint32_t *)(d)->scratch)
+#define SCRATCH_HASHES(d)	((struct kv_hash *)((uint8_t *)(d)->scratch + \
+				 KV_MAX_DATA_BYTES / 2))
 
 /*
  * Check that [off, off + bytes) lies in the data area. -EINVAL for a
  * misaligned offset, -EFAULT outside. bytes is 64-bit: no overflow.
  */
-static int data_range(const struct kvd_client *c, uint32_t off,
+static int data_range(const struct kvd_client *c, uint64_t off,
 		      uint64_t bytes)
 {
 	if (off % 4)
@@ -34,8 +41,20 @@ static int data_range(const struct kvd_client *c, uint32_t off,
 static const uint32_t *copy_ids(struct kvd *d, const struct kvd_client *c,
 				const struct kv_sqe *sqe)
 {
-	memcpy(d->scratch, c->data + sqe->off, (size_t)sqe->nr * 4);
-	return d->scratch;
+	memcpy(SCRATCH_IDS(d), c->data + sqe->off, (size_t)sqe->nr * 4);
+	return SCRATCH_IDS(d);
+}
+
+/* A hash array at data offset @off, checked and copied: NULL on error. */
+static const struct kv_hash *copy_hashes(struct kvd *d,
+					 const struct kvd_client *c,
+					 uint64_t off, uint32_t nr, int *err)
+{
+	*err = off % 8 ? -EINVAL : data_range(c, off, (uint64_t)nr * 16);
+	if (*err)
+		return NULL;
+	memcpy(SCRATCH_HASHES(d), c->data + off, (size_t)nr * 16);
+	return SCRATCH_HASHES(d);
 }
 
 static int op_nop(struct kvd *d, struct kvd_client *c,
@@ -48,10 +67,66 @@ static int op_nop(struct kvd *d, struct kvd_client *c,
 static int op_alloc(struct kvd *d, struct kvd_client *c,
 		    const struct kv_sqe *sqe)
 {
-	int ret = kvd_ns_alloc(c->ns, &c->holder, d->scratch, sqe->nr);
+	int ret = kvd_ns_alloc(c->ns, &c->holder, SCRATCH_IDS(d), sqe->nr);
 
 	if (ret > 0)
-		memcpy(c->data + sqe->off, d->scratch, (size_t)ret * 4);
+		memcpy(c->data + sqe->off, SCRATCH_IDS(d), (size_t)ret * 4);
+	return ret;
+}
+
+/* LOOKUP: nr hashes at off; hit ids to args[0]. */
+static int op_lookup(struct kvd *d, struct kvd_client *c,
+		     const struct kv_sqe *sqe)
+{
+	const struct kv_hash *hashes;
+	int ret;
+
+	ret = data_range(c, sqe->args[0], (uint64_t)sqe->nr * 4);
+	if (ret)
+		return ret;
+	hashes = copy_hashes(d, c, sqe->off, sqe->nr, &ret);
+	if (!hashes)
+		return ret;
+	ret = kvd_prefix_lookup(c->ns, &c->holder, hashes, sqe->nr,
+				SCRATCH_IDS(d));
+	if (ret > 0)
+		memcpy(c->data + sqe->args[0], SCRATCH_IDS(d), (size_t)ret * 4);
+	return ret;
+}
+
+/* ALLOC_PREFIX: nr ids to off; args[1] hashes at args[0]. */
+static int op_alloc_prefix(struct kvd *d, struct kvd_client *c,
+			   const struct kv_sqe *sqe)
+{
+	const struct kv_hash *hashes;
+	int ret;
+
+	if (sqe->args[1] > sqe->nr)
+		return -EINVAL;
+	hashes = copy_hashes(d, c, sqe->args[0], (uint32_t)sqe->args[1], &ret);
+	if (!hashes)
+		return ret;
+	ret = kvd_prefix_alloc(c->ns, &c->holder, hashes,
+			       (uint32_t)sqe->args[1], SCRATCH_IDS(d), sqe->nr);
+	if (ret >= 0)
+		memcpy(c->data + sqe->off, SCRATCH_IDS(d), (size_t)sqe->nr * 4);
+	return ret;
+}
+
+/* COMMIT: nr struct kv_commit at off, updated in place. */
+static int op_commit(struct kvd *d, struct kvd_client *c,
+		     const struct kv_sqe *sqe)
+{
+	struct kv_commit *e = d->scratch;
+	size_t bytes = (size_t)sqe->nr * sizeof(*e);
+	int ret;
+
+	if (sqe->off % 8)
+		return -EINVAL;
+	memcpy(e, c->data + sqe->off, bytes);
+	ret = kvd_prefix_commit(c->ns, &c->holder, e, sqe->nr);
+	if (ret >= 0)
+		memcpy(c->data + sqe->off, e, bytes);
 	return ret;
 }
 
@@ -92,16 +167,27 @@ static int op_stats(struct kvd *d, struct kvd_client *c,
 	st.client_blocks = c->holder.nr_blocks;
 	st.client_refs = c->holder.nr_refs;
 	st.ops = c->ops + 1;	/* this one included */
+	st.lookups = c->ns->lookups;
+	st.hit_blocks = c->ns->hit_blocks;
+	st.evictions = c->ns->evictions;
+	st.cached_blocks = c->ns->cached_blocks;
+	st.committed_blocks = c->ns->committed_blocks;
 	memcpy(c->data + sqe->off, &st, sizeof(st));
 	return sizeof(st);
 }
 
 static const struct kvd_op_def kvd_op_defs[KV_OP__MAX] = {
 	[KV_OP_NOP]	= { .name = "NOP",	.issue = op_nop },
-	[KV_OP_ALLOC]	= { .name = "ALLOC",	.ids = true, .issue = op_alloc },
-	[KV_OP_RELEASE]	= { .name = "RELEASE",	.ids = true, .issue = op_release },
-	[KV_OP_REF]	= { .name = "REF",	.ids = true, .issue = op_ref },
+	[KV_OP_ALLOC]	= { .name = "ALLOC",	.elem = 4, .issue = op_alloc },
+	[KV_OP_RELEASE]	= { .name = "RELEASE",	.elem = 4, .issue = op_release },
+	[KV_OP_REF]	= { .name = "REF",	.elem = 4, .issue = op_ref },
 	[KV_OP_STATS]	= { .name = "STATS",	.issue = op_stats },
+	[KV_OP_LOOKUP]	= { .name = "LOOKUP",	.elem = 16, .args = 1,
+			    .issue = op_lookup },
+	[KV_OP_ALLOC_PREFIX] = { .name = "ALLOC_PREFIX", .elem = 4, .args = 2,
+			    .issue = op_alloc_prefix },
+	[KV_OP_COMMIT]	= { .name = "COMMIT",	.elem = sizeof(struct kv_commit),
+			    .issue = op_commit },
 };
 
 int kvd_op_issue(struct kvd *d, struct kvd_client *c,
@@ -115,13 +201,15 @@ int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 	def = &kvd_op_defs[sqe->opcode];
 	if (sqe->flags)
 		return -EINVAL;
-	if (sqe->resv0 || sqe->resv1 || sqe->resv2 || sqe->args[0] ||
-	    sqe->args[1] || sqe->args[2] || sqe->args[3])
+	if (sqe->resv0 || sqe->resv1 || sqe->resv2)
 		return -EINVAL;
-	if (def->ids) {
+	for (uint32_t i = def->args; i < ARRAY_SIZE(sqe->args); i++)
+		if (sqe->args[i])
+			return -EINVAL;
+	if (def->elem) {
 		if (!sqe->nr)
 			return -EINVAL;
-		ret = data_range(c, sqe->off, (uint64_t)sqe->nr * 4);
+		ret = data_range(c, sqe->off, (uint64_t)sqe->nr * def->elem);
 		if (ret)
 			return ret;
 		if (sqe->nr > KV_MAX_IDS)	/* bounds the time one SQE takes */

@@ -25,6 +25,8 @@ struct kv_client {
 	uint32_t	client_id;
 	uint32_t	ns_id;
 	int		backend;
+	unsigned	block_tokens;	/* from the geometry: for kv_seq */
+	int		hash_algo;
 
 	uint32_t	*sq_khead, *sq_ktail, *sq_kflags;
 	uint32_t	*cq_khead, *cq_ktail, *cq_kflags;

@@ -106,3 +106,76 @@ int kv_stats(struct kv_client *c, struct kv_stats *st)
 	memcpy(st, c->data, sizeof(*st));
 	return 0;
 }
+
+/*
+ * Prefix-cache calls. Layout in the data area: hashes at 0 (16 bytes
+ * each), ids right after them; commit entries at 0.
+ */
+static int fits(const struct kv_client *c, uint64_t bytes)
+{
+	return bytes > c->data_bytes ? -E2BIG : 0;
+}
+
+int kv_lookup(struct kv_client *c, const struct kv_hash *hashes, unsigned nr,
+	      kv_block_t *ids)
+{
+	struct kv_sqe sqe = { 0 };
+	uint32_t ids_off = nr * (uint32_t)sizeof(*hashes);
+	int ret;
+
+	if (!c || !hashes || !ids || !nr)
+		return -EINVAL;
+	if (nr > KV_MAX_IDS || fits(c, (uint64_t)nr * 20))
+		return -E2BIG;
+	if (c->inflight || c->sq_tail != c->sq_submitted)
+		return -EBUSY;
+	memcpy(c->data, hashes, (size_t)nr * sizeof(*hashes));
+	kv_prep_lookup(&sqe, 0, nr, ids_off);
+	ret = __kv_sync_op(c, &sqe);
+	if (ret > 0)
+		memcpy(ids, c->data + ids_off, (size_t)ret * sizeof(*ids));
+	return ret;
+}
+
+int kv_alloc_prefix(struct kv_client *c, const struct kv_hash *hashes,
+		    unsigned n_hashes, unsigned nr_blocks, kv_block_t *ids)
+{
+	struct kv_sqe sqe = { 0 };
+	uint32_t ids_off = n_hashes * (uint32_t)sizeof(*hashes);
+	int ret;
+
+	if (!c || !ids || !nr_blocks || n_hashes > nr_blocks ||
+	    (n_hashes && !hashes))
+		return -EINVAL;
+	if (nr_blocks > KV_MAX_IDS ||
+	    fits(c, (uint64_t)n_hashes * 16 + (uint64_t)nr_blocks * 4))
+		return -E2BIG;
+	if (c->inflight || c->sq_tail != c->sq_submitted)
+		return -EBUSY;
+	memcpy(c->data, hashes, (size_t)n_hashes * sizeof(*hashes));
+	kv_prep_alloc_prefix(&sqe, 0, n_hashes, nr_blocks, ids_off);
+	ret = __kv_sync_op(c, &sqe);
+	if (ret >= 0)
+		memcpy(ids, c->data + ids_off, (size_t)nr_blocks * sizeof(*ids));
+	return ret;
+}
+
+int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr)
+{
+	struct kv_sqe sqe = { 0 };
+	size_t bytes = (size_t)nr * sizeof(*entries);
+	int ret;
+
+	if (!c || !entries || !nr)
+		return -EINVAL;
+	if (nr > KV_MAX_IDS || fits(c, bytes))
+		return -E2BIG;
+	if (c->inflight || c->sq_tail != c->sq_submitted)
+		return -EBUSY;
+	memmove(c->data, entries, bytes);
+	kv_prep_commit(&sqe, 0, nr);
+	ret = __kv_sync_op(c, &sqe);
+	if (ret >= 0)
+		memcpy(entries, c->data, bytes);
+	return ret;
+}

@@ -239,6 +239,33 @@ void kv_prep_stats(struct kv_sqe *sqe, uint32_t stats_off)
 	sqe->off = stats_off;
 }
 
+void kv_prep_lookup(struct kv_sqe *sqe, uint32_t hashes_off, unsigned nr,
+		    uint32_t ids_off)
+{
+	sqe->opcode = KV_OP_LOOKUP;
+	sqe->nr = nr;
+	sqe->off = hashes_off;
+	sqe->args[0] = ids_off;
+}
+
+void kv_prep_alloc_prefix(struct kv_sqe *sqe, uint32_t hashes_off,
+			  unsigned n_hashes, unsigned nr_blocks,
+			  uint32_t ids_off)
+{
+	sqe->opcode = KV_OP_ALLOC_PREFIX;
+	sqe->nr = nr_blocks;
+	sqe->off = ids_off;
+	sqe->args[0] = hashes_off;
+	sqe->args[1] = n_hashes;
+}
+
+void kv_prep_commit(struct kv_sqe *sqe, uint32_t entries_off, unsigned nr)
+{
+	sqe->opcode = KV_OP_COMMIT;
+	sqe->nr = nr;
+	sqe->off = entries_off;
+}
+
 void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data)
 {
 	sqe->user_data = data;

@@ -172,6 +172,8 @@ static int check_params(const struct kv_connect_params *p)
 		return -EINVAL;
 	if (!kv_geometry_block_bytes(&p->geom))
 		return -EINVAL;
+	if (p->hash_algo != KV_HASH_XXH3_128 && p->hash_algo != KV_HASH_SHA256)
+		return -EINVAL;
 	return 0;
 }
 
@@ -229,6 +231,8 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->client_id = w.client_id;
 	c->ns_id = w.ns_id;
 	c->backend = (int)w.backend;
+	c->block_tokens = p->geom.block_tokens;
+	c->hash_algo = p->hash_algo;
 	*out = c;
 	return 0;
 

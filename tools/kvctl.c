@@ -33,10 +33,16 @@ static const char *dtype_name(uint32_t d)
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: kvctl [-a|--admin-socket PATH] [--json] COMMAND\n"
+"usage: kvctl [-a|--admin-socket PATH] [--json] COMMAND [OPTIONS]\n"
 "commands:\n"
 "  status    pool, pages and per-namespace blocks\n"
 "  clients   connected clients and the blocks they hold\n"
+"  prefix    prefix cache per namespace: cached blocks, hits, evictions\n"
+"  prefix --tree [--ns N] [--depth D]\n"
+"            the cached prefix tree of namespace N (default 0), D levels\n"
+"            below the roots (default 3), children counts\n"
+"  evict [--ns N]\n"
+"            drop the ref-0 cached blocks of every namespace, or of N\n"
 "The admin socket defaults to $KVD_ADMIN_SOCKET, else /run/kvd/kvd-admin.sock\n"
 "as root and $XDG_RUNTIME_DIR/kvd-admin.sock otherwise.\n");
 }
@@ -58,12 +64,14 @@ static int admin_path(const char *opt, char *buf, size_t len)
 }
 
 /* One request, one reply datagram. Returns reply bytes or -errno. */
-static ssize_t admin_call(const char *path, uint32_t cmd, void *buf)
+static ssize_t admin_call(const char *path, uint32_t cmd, uint32_t arg0,
+			  uint32_t arg1, void *buf)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kv_admin_req req = {
 		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
 		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN, .cmd = cmd,
+		.arg = { arg0, arg1 },
 	};
 	struct timeval tv = { .tv_sec = 5 };
 	ssize_t n;
@@ -88,6 +96,16 @@ static ssize_t admin_call(const char *path, uint32_t cmd, void *buf)
 out:
 	close(fd);
 	return n;
+}
+
+/* A model id as text: kvd checks it is printable; be safe anyway. */
+static void printable(char out[KV_MODEL_ID_MAX], const char *in)
+{
+	memcpy(out, in, KV_MODEL_ID_MAX);
+	out[KV_MODEL_ID_MAX - 1] = 0;
+	for (char *p = out; *p; p++)
+		if (*p < 0x21 || *p > 0x7e)
+			*p = '?';
 }
 
 static void emit_pool(struct kv_emit *e, const struct kv_admin_status *st)
@@ -129,11 +147,7 @@ static void emit_status(struct kv_emit *e, const struct kv_admin_status *st,
 	for (uint32_t i = 0; i < st->nr_records; i++) {
 		char model[KV_MODEL_ID_MAX];
 
-		memcpy(model, ns[i].model_id, sizeof(model));
-		model[sizeof(model) - 1] = 0;
-		for (char *p = model; *p; p++)	/* kvd checks; be safe anyway */
-			if (*p < 0x21 || *p > 0x7e)
-				*p = '?';
+		printable(model, ns[i].model_id);
 		kv_emit_row_begin(e);
 		kv_emit_cell_u64(e, ns[i].id);
 		kv_emit_cell_str(e, model);
@@ -150,6 +164,72 @@ static void emit_status(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_cell_u64(e, ns[i].blocks_free);
 		kv_emit_cell_u64(e, ns[i].max_blocks);
 		kv_emit_cell_u64(e, ns[i].nr_clients);
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+}
+
+static const struct kv_emit_col prefix_cols[] = {
+	{ "ns", "NS", 3 }, { "model", "MODEL", -20 }, { "lookups", "LOOKUPS", 9 },
+	{ "hit_blocks", "HIT_BLK", 9 }, { "hit_tokens", "HIT_TOK", 10 },
+	{ "evictions", "EVICTED", 9 }, { "cached_blocks", "CACHED", 8 },
+	{ "committed_blocks", "COMMITTED", 9 }, { "blocks_used", "USED", 7 },
+	{ "evicted_now", "DROPPED", 8 },
+};
+
+static void emit_prefix(struct kv_emit *e, const struct kv_admin_status *st,
+			const struct kv_admin_prefix *p)
+{
+	kv_emit_table_begin(e, "namespaces", prefix_cols,
+			    ARRAY_LEN(prefix_cols));
+	for (uint32_t i = 0; i < st->nr_records; i++) {
+		char model[KV_MODEL_ID_MAX];
+
+		printable(model, p[i].model_id);
+		kv_emit_row_begin(e);
+		kv_emit_cell_u64(e, p[i].ns_id);
+		kv_emit_cell_str(e, model);
+		kv_emit_cell_u64(e, p[i].lookups);
+		kv_emit_cell_u64(e, p[i].hit_blocks);
+		kv_emit_cell_u64(e, p[i].hit_tokens);
+		kv_emit_cell_u64(e, p[i].evictions);
+		kv_emit_cell_u64(e, p[i].cached_blocks);
+		kv_emit_cell_u64(e, p[i].committed_blocks);
+		kv_emit_cell_u64(e, p[i].blocks_used);
+		kv_emit_cell_u64(e, p[i].evicted_now);
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+}
+
+static const struct kv_emit_col tree_cols[] = {
+	{ "node", "NODE", -30 }, { "id", "BLOCK", 9 }, { "depth", "DEPTH", 5 },
+	{ "ref", "REF", 5 }, { "children", "CHILDREN", 8 },
+	{ "subtree", "SUBTREE", 8 }, { "key", "KEY", -16 },
+};
+
+static void emit_tree(struct kv_emit *e, const struct kv_admin_status *st,
+		      const struct kv_admin_tree_node *t)
+{
+	char indent[32], key[17];
+
+	kv_emit_table_begin(e, "tree", tree_cols, ARRAY_LEN(tree_cols));
+	for (uint32_t i = 0; i < st->nr_records; i++) {
+		uint32_t d = t[i].depth < 12 ? t[i].depth : 12;
+
+		memset(indent, ' ', 2 * d);
+		snprintf(indent + 2 * d, sizeof(indent) - 2 * d, "%s",
+			 t[i].ref ? "+ held" : "- cached");
+		for (int b = 0; b < 8; b++)
+			snprintf(key + 2 * b, 3, "%02x", t[i].hash.b[b]);
+		kv_emit_row_begin(e);
+		kv_emit_cell_str(e, indent);
+		kv_emit_cell_u64(e, t[i].id);
+		kv_emit_cell_u64(e, t[i].depth);
+		kv_emit_cell_u64(e, t[i].ref);
+		kv_emit_cell_u64(e, t[i].children);
+		kv_emit_cell_u64(e, t[i].subtree);
+		kv_emit_cell_str(e, key);
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
@@ -215,20 +295,38 @@ static int reply_check(const struct kv_admin_status *st, ssize_t n,
 	return 0;
 }
 
+static int parse_u32(const char *opt, const char *s, uint32_t *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v >= UINT32_MAX) {
+		fprintf(stderr, "kvctl: %s: '%s' is not a number\n", opt, s);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "admin-socket", required_argument, NULL, 'a' },
 		{ "json", no_argument, NULL, 'j' },
+		{ "tree", no_argument, NULL, 't' },
+		{ "ns", required_argument, NULL, 'n' },
+		{ "depth", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
 	const char *opt_path = NULL, *cmd;
+	uint32_t code, ns = UINT32_MAX, depth = 3;
 	struct kv_admin_status *st;
+	bool json = false, tree = false;
 	struct kv_emit e;
-	bool json = false;
 	char path[108];
-	uint32_t code;
 	size_t rec;
 	ssize_t n;
 	void *buf;
@@ -241,6 +339,17 @@ int main(int argc, char **argv)
 			break;
 		case 'j':
 			json = true;
+			break;
+		case 't':
+			tree = true;
+			break;
+		case 'n':
+			if (parse_u32("--ns", optarg, &ns))
+				return 2;
+			break;
+		case 'd':
+			if (parse_u32("--depth", optarg, &depth))
+				return 2;
 			break;
 		case 'h':
 			usage(stdout);
@@ -263,9 +372,25 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "clients")) {
 		code = KV_ADMIN_CLIENTS;
 		rec = sizeof(struct kv_admin_client);
+	} else if (!strcmp(cmd, "prefix") && tree) {
+		code = KV_ADMIN_TREE;
+		rec = sizeof(struct kv_admin_tree_node);
+		if (ns == UINT32_MAX)
+			ns = 0;
+	} else if (!strcmp(cmd, "prefix")) {
+		code = KV_ADMIN_PREFIX;
+		rec = sizeof(struct kv_admin_prefix);
+	} else if (!strcmp(cmd, "evict")) {
+		code = KV_ADMIN_EVICT;
+		rec = sizeof(struct kv_admin_prefix);
 	} else {
 		fprintf(stderr, "kvctl: unknown command '%s'\n", cmd);
 		usage(stderr);
+		return 2;
+	}
+	if ((tree && code != KV_ADMIN_TREE) ||
+	    (ns != UINT32_MAX && code != KV_ADMIN_TREE && code != KV_ADMIN_EVICT)) {
+		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict\n");
 		return 2;
 	}
 	if (admin_path(opt_path, path, sizeof(path))) {
@@ -275,20 +400,25 @@ int main(int argc, char **argv)
 	buf = calloc(1, REPLY_MAX);
 	if (!buf)
 		return 1;
-	n = admin_call(path, code, buf);
+	n = admin_call(path, code, ns, depth, buf);
 	st = buf;
 	ret = n < 0 ? (int)n : reply_check(st, n, rec);
 	if (ret) {
 		fprintf(stderr, "kvctl: %s: %s%s\n", path, strerror(-ret),
-			hint(ret));
+			ret == -ENOENT && code == KV_ADMIN_TREE ?
+			" (no such namespace: see kvctl prefix)" : hint(ret));
 		free(buf);
 		return 1;
 	}
 	kv_emit_begin(&e, stdout, json);
 	if (code == KV_ADMIN_STATUS)
 		emit_status(&e, st, (void *)(st + 1));
-	else
+	else if (code == KV_ADMIN_CLIENTS)
 		emit_clients(&e, st, (void *)(st + 1));
+	else if (code == KV_ADMIN_TREE)
+		emit_tree(&e, st, (void *)(st + 1));
+	else
+		emit_prefix(&e, st, (void *)(st + 1));
 	kv_emit_end(&e);
 	free(buf);
 	return 0;

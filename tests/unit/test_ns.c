@@ -25,6 +25,12 @@
 #define kvd_ns_ref		t_kvd_ns_ref
 #define kvd_ns_release_all	t_kvd_ns_release_all
 #define kvd_ns_hold_count	t_kvd_ns_hold_count
+#define kvd_block_get		t_kvd_block_get
+#define kvd_block_put		t_kvd_block_put
+#define __kvd_hold_get		t___kvd_hold_get
+#define __kvd_hold_put		t___kvd_hold_put
+#define __kvd_block_free	t___kvd_block_free
+#define __kvd_ns_alloc_ids	t___kvd_ns_alloc_ids
 #include "ns.c"
 
 #define MIB		(1ULL << 20)
@@ -73,7 +79,7 @@ static int ctx_teardown(void **state)
 static void ns_up(struct ctx *t, uint32_t pages, const struct kv_geometry *g)
 {
 	assert_int_equal(kvd_pool_init(&t->pool, pages), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "model", g), 0);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "model", g, 0, 1), 0);
 }
 
 /* What a prefix hit will do: @to takes one more ref on held block @id. */
@@ -246,7 +252,7 @@ static void test_ns_init_too_big(void **state)
 
 	/* A 10 MiB slab cannot come out of a 4-page pool. */
 	assert_int_equal(kvd_pool_init(&t->pool, 4), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g_5m), -E2BIG);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g_5m, 0, 1), -E2BIG);
 	assert_false(t->ns.live);
 }
 
@@ -296,7 +302,7 @@ static void test_ns_odd_geometry_any_start(void **state)
 		if (first)
 			assert_int_equal(kvd_pool_alloc_run(&t->pool, first, 1),
 					 0);
-		assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g_odd),
+		assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g_odd, 0, 1),
 				 0);
 		assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], &id, 1), 1);
 		sl = &t->ns.slabs[t->ns.blocks[id].slab];
@@ -317,10 +323,11 @@ static void test_ns_match(void **state)
 	struct kv_geometry g = g_2m;
 
 	ns_up(t, 4, &g_2m);
-	assert_true(kvd_ns_match(&t->ns, "model", &g_2m));
-	assert_false(kvd_ns_match(&t->ns, "model2", &g_2m));
+	assert_true(kvd_ns_match(&t->ns, "model", &g_2m, 0));
+	assert_false(kvd_ns_match(&t->ns, "model2", &g_2m, 0));
 	g.block_tokens = 32;
-	assert_false(kvd_ns_match(&t->ns, "model", &g));
+	assert_false(kvd_ns_match(&t->ns, "model", &g, 0));
+	assert_false(kvd_ns_match(&t->ns, "model", &g_2m, 1));	/* tenant */
 }
 
 /* ---- alloc ---- */

@@ -50,7 +50,7 @@ static int ctx_setup(void **state)
 	t->c.cq_evfd = -1;
 	if (kvd_pool_init(&t->d.pool, POOL_PAGES))
 		return -1;
-	if (kvd_ns_init(&t->ns, &t->d.pool, 0, "model", &geom))
+	if (kvd_ns_init(&t->ns, &t->d.pool, 0, "model", &geom, 0, 1))
 		return -1;
 	t->d.ns = &t->ns;
 	t->d.nr_ns = 1;
@@ -392,7 +392,9 @@ static void test_ring_stats(void **state)
 	assert_int_equal(st.client_blocks, 5);
 	assert_int_equal(st.client_refs, 6);
 	assert_true(st.ops == 5);	/* 4 before, this one */
-	for (int i = 0; i < 4; i++)
+	assert_true(st.lookups == 0 && st.hit_blocks == 0 && st.evictions == 0);
+	assert_int_equal(st.cached_blocks, 0);
+	for (int i = 0; i < 2; i++)
 		assert_true(st.resv[i] == 0);
 	/* A larger area is fine: sizeof(st) bytes written, no more. */
 	assert_int_equal(run_op(t, KV_OP_STATS, 1024, 1024), sz);
