@@ -412,6 +412,14 @@ void __kvd_hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
 	kvd_block_put(ns, id);
 }
 
+/* A hold node in use (not on the free list): the index can find it. */
+bool __kvd_hold_live(const struct kvd_ns *ns, uint32_t node)
+{
+	const struct kvd_hold *h = &ns->holds.nodes[node];
+
+	return hold_find(&ns->holds, h->client, h->block) == node;
+}
+
 void kvd_holder_init(struct kvd_holder *h, uint32_t slot)
 {
 	h->slot = slot;

@@ -161,6 +161,8 @@ int kvd_prefix_alloc(struct kvd_ns *ns, struct kvd_holder *hr,
 		     uint32_t *ids, uint32_t nr);
 int kvd_prefix_commit(struct kvd_ns *ns, struct kvd_holder *hr,
 		      struct kv_commit *e, uint32_t nr);
+int kvd_ns_check(struct kvd_ns *ns, const char **why);
+bool __kvd_hold_live(const struct kvd_ns *ns, uint32_t node);
 struct kv_admin_tree_node;
 int kvd_prefix_tree(struct kvd_ns *ns, struct kv_admin_tree_node *out,
 		    uint32_t max, uint32_t depth);

@@ -442,3 +442,88 @@ out:
 	free(roots);
 	return ret;
 }
+
+/*
+ * kvd_ns_check - verify the books of @ns (tests, and kvd's invariant
+ * mode): every block is exactly one of free / held / cached; ref counts
+ * equal the holds recorded; counters, LRU, index and child counts agree.
+ * Returns 0, or -EUCLEAN with *why naming the first broken rule.
+ * O(blocks in slabs + holds).
+ */
+int kvd_ns_check(struct kvd_ns *ns, const char **why)
+{
+	uint32_t used = 0, cached = 0, committed = 0, on_lru = 0, n = 0;
+	uint32_t *refs = calloc(ns->max_blocks, sizeof(*refs));
+	uint32_t *kids = calloc(ns->max_blocks, sizeof(*kids));
+	int ret = -EUCLEAN;
+
+#define FAIL(msg) do { *why = (msg); goto out; } while (0)
+	if (!refs || !kids) {
+		*why = "out of memory";
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < ns->holds.used; i++) {
+		const struct kvd_hold *h = &ns->holds.nodes[i];
+
+		if (h->count && __kvd_hold_live(ns, i))
+			refs[h->block] += h->count;
+	}
+	for (uint32_t s = 0; s < ns->slab_slots_used; s++) {
+		const struct kvd_slab *sl = &ns->slabs[s];
+		uint32_t nfree = sl->nr_blocks - sl->nr_carved;
+
+		for (uint32_t i = 0; sl->live && i < sl->nr_carved; i++) {
+			uint32_t id = sl->first_block + i;
+			const struct kvd_block *b = &ns->blocks[id];
+
+			if (b->ref != refs[id])
+				FAIL("a block's ref differs from its holds");
+			if ((b->state == KVD_BLOCK_HELD) != (b->ref > 0))
+				FAIL("held state and ref disagree");
+			if (b->state == KVD_BLOCK_CACHED && !b->committed)
+				FAIL("a cached block is not committed");
+			if (b->state == KVD_BLOCK_FREE && b->committed)
+				FAIL("a free block is committed");
+			if (b->on_lru != (b->state == KVD_BLOCK_CACHED &&
+					  !b->nr_children))
+				FAIL("LRU membership is not 'cached leaf'");
+			if (b->committed && index_find(ns, &b->key) != id)
+				FAIL("a committed block is not in the index");
+			if (b->committed && b->parent != KVD_NIL)
+				kids[b->parent]++;
+			used += b->state == KVD_BLOCK_HELD;
+			cached += b->state == KVD_BLOCK_CACHED;
+			committed += b->committed;
+			on_lru += b->on_lru;
+			nfree += b->state == KVD_BLOCK_FREE;
+		}
+		if (sl->live && nfree != sl->nr_free)
+			FAIL("a slab's free count is wrong");
+	}
+	for (uint32_t s = 0; s < ns->slab_slots_used; s++) {
+		const struct kvd_slab *sl = &ns->slabs[s];
+
+		for (uint32_t i = 0; sl->live && i < sl->nr_carved; i++) {
+			uint32_t id = sl->first_block + i;
+
+			if (ns->blocks[id].committed &&
+			    ns->blocks[id].nr_children != kids[id])
+				FAIL("a child count is wrong");
+		}
+	}
+	for (uint32_t id = ns->lru_head; id != KVD_NIL && n <= on_lru;
+	     id = ns->blocks[id].lru_next)
+		n++;
+	if (used != ns->blocks_used || cached != ns->cached_blocks ||
+	    committed != ns->committed_blocks)
+		FAIL("block counters are wrong");
+	if (on_lru != ns->lru_len || n != on_lru)
+		FAIL("the LRU list and its length disagree");
+	ret = 0;
+#undef FAIL
+out:
+	free(refs);
+	free(kids);
+	return ret;
+}

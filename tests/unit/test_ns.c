@@ -31,6 +31,7 @@
 #define __kvd_hold_put		t___kvd_hold_put
 #define __kvd_block_free	t___kvd_block_free
 #define __kvd_ns_alloc_ids	t___kvd_ns_alloc_ids
+#define __kvd_hold_live		t_hold_is_live
 #include "ns.c"
 
 #define MIB		(1ULL << 20)
