@@ -151,13 +151,15 @@ demo: all
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin \
 		$(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/kv \
-		$(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man8
+		$(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man7 \
+		$(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 755 $(O)/kvd $(DESTDIR)$(PREFIX)/sbin/kvd
 	install -m 755 $(O)/kvctl $(O)/kvbench $(DESTDIR)$(PREFIX)/bin/
 	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvclient.so
 	install -m 644 include/kv/*.h $(DESTDIR)$(PREFIX)/include/kv/
 	cp -P man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
+	for f in man/man7/*.7; do [ ! -e "$$f" ] || cp -P "$$f" $(DESTDIR)$(PREFIX)/share/man/man7/; done
 	cp -P man/man8/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 
 clean:
