@@ -234,6 +234,26 @@ static uint64_t tenant_seed(const struct kvd *d, uint32_t tenant)
 	return XXH3_64bits_withSeed(&tenant, sizeof(tenant), d->secret);
 }
 
+/*
+ * No namespace slot left: one without clients and without blocks in use
+ * keeps only cached blocks; drop them and reuse its slot.
+ */
+static struct kvd_ns *ns_reclaim(struct kvd *d)
+{
+	for (uint32_t i = 0; i < d->cfg.max_namespaces; i++) {
+		struct kvd_ns *ns = &d->ns[i];
+
+		if (!ns->live || ns->nr_clients || ns->blocks_used)
+			continue;
+		kvd_info("namespace %u (%s): %u cached blocks dropped for a new model",
+			 ns->id, ns->model_id, kvd_prefix_evict_all(ns));
+		kvd_ns_exit(ns);
+		d->nr_ns--;
+		return ns;
+	}
+	return NULL;
+}
+
 static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 			     const struct kv_hello *h, int *err)
 {
@@ -247,6 +267,8 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 			free_ns = &d->ns[i];
 	}
 	*err = -ENOSPC;
+	if (!free_ns)
+		free_ns = ns_reclaim(d);
 	if (!free_ns)
 		return NULL;
 	*err = kvd_ns_init(free_ns, &d->pool, (uint32_t)(free_ns - d->ns),

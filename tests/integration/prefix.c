@@ -281,6 +281,33 @@ static void eviction(void)
 	t_kvd_stop(&small);
 }
 
+/*
+ * Namespaces that keep only cached blocks give their slot to a new model
+ * when none is free (kvd --max-namespaces 2 here).
+ */
+static void namespace_reclaim(void)
+{
+	struct t_kvd small;
+	struct kv_client *c;
+	struct kv_commit e = { 0 };
+	char name[16];
+
+	t_kvd_start(&small, "64M", "--max-namespaces", "2", NULL);
+	for (int i = 0; i < 5; i++) {
+		snprintf(name, sizeof(name), "model-%d", i);
+		T_EQ(t_connect(&small, name, NULL, &c), 0);
+		T_EQ(kv_alloc(c, 1, &e.id), 1);
+		e.hash.b[0] = (uint8_t)(i + 1);
+		e.flags = 0;
+		T_EQ(kv_commit(c, &e, 1), 1);
+		T_EQ(kv_release(c, &e.id, 1), 1);
+		T_EQ(stats(c).cached_blocks, 1);
+		T_EQ(kv_disconnect(c), 0);
+		usleep(20000);	/* let kvd see the close */
+	}
+	t_kvd_stop(&small);
+}
+
 int main(void)
 {
 	struct kv_client *c, *other;
@@ -308,5 +335,6 @@ int main(void)
 	T_EQ(kv_disconnect(c), 0);
 	t_kvd_stop(&k);
 	eviction();
+	namespace_reclaim();
 	return 0;
 }
