@@ -5,7 +5,7 @@
  * kv_hash_blocks(3); in short, block b of a sequence hashes
  *
  *   "KVH1" | parent (16) | le32 block_tokens | le32 token ids
- *          | [1, le32 L, LoRA id] | [2, le32 40, mm item]... | [3, le32 L, salt]
+ *   | [1, le32 L, LoRA id] | [2, le32 40, mm item]... | [3, le32 L, salt]
  *
  * with the LoRA field in every block, one mm field per item overlapping
  * the block, and the salt field in block 0 only.
@@ -17,7 +17,8 @@
  * inlines for short messages (~13 ns for a 16-token block instead of ~18
  * through the shared library) and the streaming state can live on the
  * stack without depending on the shared library's struct layout. Nothing
- * is allocated per block; SHA-256 allocates one EVP context per call.
+ * is allocated per block; SHA-256 allocates one EVP context per call
+ * (and restores errno, which libcrypto may change underneath).
  */
 #include <endian.h>
 #include <limits.h>
@@ -59,6 +60,7 @@ struct kvh_ctx {
 	int			algo;
 	bool			streaming;
 	int			err;		/* sticky, checked once per block */
+	int			saved_errno;	/* SHA-256 only */
 	size_t			fill;
 	EVP_MD			*md;		/* SHA-256 only */
 	EVP_MD_CTX		*sha;		/* SHA-256 only */
@@ -81,6 +83,7 @@ static int kvh_ctx_init(struct kvh_ctx *h, int algo)
 	h->sha = NULL;
 	if (algo != KV_HASH_SHA256)
 		return 0;
+	h->saved_errno = errno;
 	/* One fetch per call: EVP_sha256() would fetch on every init. */
 	h->md = EVP_MD_fetch(NULL, "SHA256", NULL);
 	h->sha = EVP_MD_CTX_new();
@@ -89,8 +92,11 @@ static int kvh_ctx_init(struct kvh_ctx *h, int algo)
 
 static void kvh_ctx_exit(struct kvh_ctx *h)
 {
+	if (h->algo != KV_HASH_SHA256)
+		return;
 	EVP_MD_CTX_free(h->sha);
 	EVP_MD_free(h->md);
+	errno = h->saved_errno;
 }
 
 static void kvh_stream_start(struct kvh_ctx *h)

@@ -184,7 +184,9 @@ struct kv_extra_keys {
  * all-zero at the start of a sequence). Writes n_tokens / block_tokens
  * hashes to @out, chained; a partial last block gets none. Returns that
  * count, or -EINVAL (bad algo, block_tokens 0, start not aligned, NULL
- * pointers with n_tokens > 0, mm item of length 0). Thread-safe.
+ * tokens or out with a full block to hash, mm item of length 0, a LoRA
+ * id or salt of 4 GiB or more), -EOVERFLOW (more than INT_MAX blocks) or
+ * -EIO (libcrypto failed). Thread-safe; never touches errno.
  */
 int kv_hash_blocks(int algo, const struct kv_hash *parent, size_t start,
 		   const uint32_t *tokens, size_t n_tokens,
