@@ -119,6 +119,29 @@ static size_t fill_prefix(struct kvd *d, void *buf, bool evict,
 	return n;
 }
 
+/* Verify every namespace's books (kvd_ns_check); one record each. */
+static size_t fill_check(struct kvd *d, void *buf)
+{
+	struct kv_admin_check *r = buf;
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < d->cfg.max_namespaces &&
+	     n < KV_ADMIN_MAX_RECORDS; i++) {
+		const char *why = "";
+
+		if (!d->ns[i].live)
+			continue;
+		memset(&r[n], 0, sizeof(r[n]));
+		r[n].ns_id = d->ns[i].id;
+		r[n].status = kvd_ns_check(&d->ns[i], &why);
+		snprintf(r[n].why, sizeof(r[n].why), "%s", why);
+		if (r[n].status)
+			kvd_err("namespace %u: books broken: %s", r[n].ns_id, why);
+		n++;
+	}
+	return n;
+}
+
 static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 {
 	size_t max = KV_ADMIN_REPLY_MAX;
@@ -145,6 +168,9 @@ static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 		n = fill_prefix(d, buf + sizeof(*st),
 				a->req.cmd == KV_ADMIN_EVICT, a->req.arg[0]);
 		rec = sizeof(struct kv_admin_prefix);
+	} else if (a->req.cmd == KV_ADMIN_CHECK) {
+		n = fill_check(d, buf + sizeof(*st));
+		rec = sizeof(struct kv_admin_check);
 	} else if (a->req.cmd == KV_ADMIN_TREE) {
 		int ret = a->req.arg[0] < d->cfg.max_namespaces &&
 			  d->ns[a->req.arg[0]].live ?

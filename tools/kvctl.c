@@ -41,6 +41,8 @@ static void usage(FILE *f)
 "  prefix --tree [--ns N] [--depth D]\n"
 "            the cached prefix tree of namespace N (default 0), D levels\n"
 "            below the roots (default 3), children counts\n"
+"  check     verify every namespace's books (free/held/cached, refs,\n"
+"            LRU, index); exit 1 if any is broken\n"
 "  evict [--ns N]\n"
 "            drop the ref-0 cached blocks of every namespace, or of N\n"
 "The admin socket defaults to $KVD_ADMIN_SOCKET, else /run/kvd/kvd-admin.sock\n"
@@ -235,6 +237,33 @@ static void emit_tree(struct kv_emit *e, const struct kv_admin_status *st,
 	kv_emit_table_end(e);
 }
 
+static const struct kv_emit_col check_cols[] = {
+	{ "ns", "NS", 3 }, { "ok", "OK", 3 }, { "why", "PROBLEM", -40 },
+};
+
+/* Returns the number of broken namespaces. */
+static int emit_check(struct kv_emit *e, const struct kv_admin_status *st,
+		      const struct kv_admin_check *c)
+{
+	int bad = 0;
+
+	kv_emit_table_begin(e, "namespaces", check_cols, ARRAY_LEN(check_cols));
+	for (uint32_t i = 0; i < st->nr_records; i++) {
+		char why[sizeof(c[i].why)];
+
+		memcpy(why, c[i].why, sizeof(why));
+		why[sizeof(why) - 1] = 0;
+		bad += c[i].status != 0;
+		kv_emit_row_begin(e);
+		kv_emit_cell_u64(e, c[i].ns_id);
+		kv_emit_cell_str(e, c[i].status ? "no" : "yes");
+		kv_emit_cell_str(e, c[i].status ? why : "-");
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+	return bad;
+}
+
 static const struct kv_emit_col client_cols[] = {
 	{ "id", "ID", 5 }, { "pid", "PID", 8 }, { "uid", "UID", 6 },
 	{ "gid", "GID", 6 }, { "ns", "NS", 3 }, { "blocks", "BLOCKS", 8 },
@@ -380,6 +409,9 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "prefix")) {
 		code = KV_ADMIN_PREFIX;
 		rec = sizeof(struct kv_admin_prefix);
+	} else if (!strcmp(cmd, "check")) {
+		code = KV_ADMIN_CHECK;
+		rec = sizeof(struct kv_admin_check);
 	} else if (!strcmp(cmd, "evict")) {
 		code = KV_ADMIN_EVICT;
 		rec = sizeof(struct kv_admin_prefix);
@@ -417,9 +449,11 @@ int main(int argc, char **argv)
 		emit_clients(&e, st, (void *)(st + 1));
 	else if (code == KV_ADMIN_TREE)
 		emit_tree(&e, st, (void *)(st + 1));
+	else if (code == KV_ADMIN_CHECK)
+		ret = emit_check(&e, st, (void *)(st + 1)) ? 1 : 0;
 	else
 		emit_prefix(&e, st, (void *)(st + 1));
 	kv_emit_end(&e);
 	free(buf);
-	return 0;
+	return ret;
 }

@@ -245,6 +245,14 @@ enum {
 	KV_ADMIN_EVICT		= 4,	/* arg[0]: ns id or ~0 for all; reply as PREFIX */
 	KV_ADMIN_TREE		= 5,	/* arg[0]: ns id, arg[1]: depth; reply:
 					 * kv_admin_status + kv_admin_tree_node[] */
+	KV_ADMIN_CHECK		= 6,	/* reply: kv_admin_status + kv_admin_check[nr_ns] */
+};
+
+/* The invariant check of one namespace's books (kvctl check). */
+struct kv_admin_check {
+	__u32	ns_id;
+	__s32	status;		/* 0, or -EUCLEAN with why set */
+	char	why[120];
 };
 
 struct kv_admin_req {
@@ -384,6 +392,7 @@ KV_STATIC_ASSERT(sizeof(struct kv_stats) % 8 == 0, "kv_stats");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
 KV_STATIC_ASSERT(sizeof(struct kv_commit) == 40, "kv_commit");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_check) == 128, "kv_admin_check");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_prefix) % 8 == 0, "kv_admin_prefix");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_tree_node) == 40, "kv_admin_tree_node");
 

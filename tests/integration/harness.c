@@ -189,6 +189,8 @@ void t_kvd_stop(struct t_kvd *k)
 
 	if (k->pid <= 0)
 		return;
+	/* After every scenario: the books must hold (kvctl check). */
+	free(t_kvctl(k, "check"));
 	kill(k->pid, SIGTERM);
 	if (waitpid(k->pid, &status, 0) != k->pid)
 		T_FAIL("waitpid kvd");
