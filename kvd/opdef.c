@@ -32,7 +32,8 @@ static int data_range(const struct kvd_client *c, uint64_t off,
 {
 	if (off % 4)
 		return -EINVAL;
-	if ((uint64_t)off + bytes > c->data_bytes)
+	/* Written so that no sum can wrap: off is 64 bits wide. */
+	if (off > c->data_bytes || bytes > c->data_bytes - off)
 		return -EFAULT;
 	return 0;
 }

@@ -312,15 +312,20 @@ static void commit_one(struct kvd_ns *ns, uint32_t id,
  * kvd_prefix_commit - publish each block of @e (a private copy) under its
  * hash. All entries are checked first: -EINVAL (id out of range, flags,
  * the same id twice), -EPERM (not held by @hr), -EEXIST (already
- * committed); then nothing changes. A hash already in the index is a
+ * committed) or -ENOMEM (hold table full); then nothing changes. A hash
+ * already in the index is a
  * duplicate: @hr's block is released, a ref on the cached block taken
  * instead, and the entry's id replaced (flags KV_COMMIT_DEDUP).
  */
 int kvd_prefix_commit(struct kvd_ns *ns, struct kvd_holder *hr,
 		      struct kv_commit *e, uint32_t nr)
 {
-	int ret = commit_check(ns, hr, e, nr);
+	int ret;
 
+	/* Each dedup may take a hold before it drops one: room for all. */
+	if (ns->holds.cap - ns->holds.nr < nr)
+		return -ENOMEM;
+	ret = commit_check(ns, hr, e, nr);
 	if (ret)
 		return ret;
 	for (uint32_t i = 0; i < nr; i++) {
@@ -333,8 +338,7 @@ int kvd_prefix_commit(struct kvd_ns *ns, struct kvd_holder *hr,
 		}
 		/* Take the cached block first: the hold table has room for
 		 * the swap, as ours is dropped right after. */
-		if (__kvd_hold_get(ns, hr, have))
-			continue;	/* hold table full: left uncommitted */
+		__kvd_hold_get(ns, hr, have);	/* room checked above */
 		__kvd_hold_put(ns, hr, e[i].id);
 		e[i].id = have;
 		e[i].flags = KV_COMMIT_DEDUP;

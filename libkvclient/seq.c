@@ -70,6 +70,46 @@ static int seq_reserve(struct kv_seq *s, uint32_t nr)
 	return 0;
 }
 
+/* How many entries of @size bytes one request may carry. */
+static uint32_t chunk(const struct kv_client *c, size_t size)
+{
+	size_t n = c->data_bytes / size;
+
+	return n > KV_MAX_IDS ? KV_MAX_IDS : (uint32_t)n;
+}
+
+/* RELEASE of any number of ids, in requests the data area can hold. */
+static int release_ids(struct kv_client *c, const kv_block_t *ids,
+		       uint32_t nr)
+{
+	uint32_t step = chunk(c, sizeof(*ids));
+	int ret = 0;
+
+	for (uint32_t i = 0; i < nr; i += step) {
+		int r = kv_release(c, ids + i, nr - i < step ? nr - i : step);
+
+		if (r < 0 && !ret)
+			ret = r;	/* go on: release what we can */
+	}
+	return ret;
+}
+
+/* REF of any number of ids; all or nothing. */
+static int ref_ids(struct kv_client *c, const kv_block_t *ids, uint32_t nr)
+{
+	uint32_t step = chunk(c, sizeof(*ids));
+
+	for (uint32_t i = 0; i < nr; i += step) {
+		int r = kv_ref(c, ids + i, nr - i < step ? nr - i : step);
+
+		if (r < 0) {
+			release_ids(c, ids, i);
+			return r;
+		}
+	}
+	return 0;
+}
+
 static struct kv_seq *seq_new(struct kv_client *c)
 {
 	struct kv_seq *s = calloc(1, sizeof(*s));
@@ -174,6 +214,8 @@ int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,
 		return -EINVAL;
 	*out = NULL;
 	bt = c->block_tokens;
+	if (n_tokens / bt >= KV_MAX_IDS)
+		return -E2BIG;
 	s = seq_new(c);
 	if (!s)
 		return -ENOMEM;
@@ -214,6 +256,8 @@ int kv_seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 	bt = c->block_tokens;
 	if (n_tail >= bt)
 		return -EINVAL;
+	if (n_hashes >= KV_MAX_IDS)
+		return -E2BIG;
 	s = seq_new(c);
 	if (!s)
 		return -ENOMEM;
@@ -249,13 +293,15 @@ int kv_seq_commit(struct kv_seq *s)
 
 	if (!s)
 		return -EINVAL;
-	first = s->nr_committed;
-	n = s->nr_hashed - first;
+	n = s->nr_hashed - s->nr_committed;
 	if (!n)
 		return 0;
+	if (n > chunk(s->c, sizeof(*e)))
+		n = chunk(s->c, sizeof(*e));	/* the rest in the next turn */
 	e = calloc(n, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
+	first = s->nr_committed;
 	for (i = 0; i < n; i++) {
 		uint32_t b = first + i;
 
@@ -267,10 +313,12 @@ int kv_seq_commit(struct kv_seq *s)
 	if (ret >= 0) {
 		for (i = 0; i < n; i++)
 			s->blocks[first + i] = e[i].id;
-		s->nr_committed = s->nr_hashed;
+		s->nr_committed += n;
 		ret = 0;
 	}
 	free(e);
+	if (!ret && s->nr_committed < s->nr_hashed)
+		return kv_seq_commit(s);
 	return ret;
 }
 
@@ -283,6 +331,8 @@ int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 	if (!s || (n && !tokens))
 		return -EINVAL;
 	bt = s->c->block_tokens;
+	if (n > (size_t)KV_MAX_IDS * bt)
+		return -E2BIG;
 	/* Blocks filled before this call have their KV written by now. */
 	ret = kv_seq_commit(s);
 	if (ret)
@@ -298,16 +348,19 @@ int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 			return ret;
 		s->nr_blocks = need;
 	}
+	/* Token by token, so that an error leaves the seq consistent. */
 	for (size_t i = 0; i < n; i++) {
 		s->tail[s->n_tail++] = tokens[i];
-		if (s->n_tail < bt)
-			continue;
-		ret = hash_more(s, s->tail, bt);
-		if (ret)
-			return ret;	/* not reached: inputs were checked */
-		s->n_tail = 0;
+		if (s->n_tail == bt) {
+			ret = hash_more(s, s->tail, bt);
+			if (ret) {
+				s->n_tail--;	/* this token was not added */
+				return ret;
+			}
+			s->n_tail = 0;
+		}
+		s->len++;
 	}
-	s->len += n;
 	return 0;
 }
 
@@ -347,7 +400,7 @@ int kv_seq_fork(struct kv_seq *s, struct kv_seq **out)
 	f->n_tail = s->n_tail;
 	if (!f->nr_blocks)
 		goto out;
-	ret = kv_ref(c, f->blocks, f->nr_blocks);
+	ret = ref_ids(c, f->blocks, f->nr_blocks);
 	if (ret < 0)
 		goto err_free;
 	if (!f->n_tail)
@@ -367,7 +420,7 @@ out:
 	return 0;
 
 err_unref:
-	kv_release(c, f->blocks, f->nr_blocks);
+	release_ids(c, f->blocks, f->nr_blocks);
 err_free:
 	seq_free(f);
 	return ret;
@@ -380,9 +433,9 @@ int kv_seq_close(struct kv_seq *s)
 	if (!s)
 		return -EINVAL;
 	if (s->nr_blocks)
-		ret = kv_release(s->c, s->blocks, s->nr_blocks);
+		ret = release_ids(s->c, s->blocks, s->nr_blocks);
 	seq_free(s);
-	return ret < 0 ? ret : 0;
+	return ret;
 }
 
 const kv_block_t *kv_seq_block_table(const struct kv_seq *s, uint32_t *nr)

@@ -77,6 +77,23 @@ static void bad_sqes(struct kv_client *c)
 	s.resv2 = 0;
 	s.args[3] = 7;
 	T_EQ(raw_sqe(c, &s), -EINVAL);
+	/* 64-bit offsets in args[] must not wrap past the check. */
+	memset(&s, 0, sizeof(s));
+	kv_prep_lookup(&s, 0, 1, 0);
+	s.args[0] = UINT64_MAX - 3;
+	T_EQ(raw_sqe(c, &s), -EFAULT);
+	kv_prep_alloc_prefix(&s, 0, 1, 1, 0);
+	s.args[0] = UINT64_MAX - 15;
+	T_EQ(raw_sqe(c, &s), -EFAULT);
+	kv_prep_alloc_prefix(&s, 4, 1, 1, 0);	/* hashes need 8 alignment */
+	T_EQ(raw_sqe(c, &s), -EINVAL);
+	kv_prep_alloc_prefix(&s, 0, 2, 1, 0);	/* more hashes than blocks */
+	T_EQ(raw_sqe(c, &s), -EINVAL);
+	memset(&s, 0, sizeof(s));
+	kv_prep_commit(&s, 4, 1);		/* entries need 8 alignment */
+	T_EQ(raw_sqe(c, &s), -EINVAL);
+	kv_prep_commit(&s, data - 40, 2);
+	T_EQ(raw_sqe(c, &s), -EFAULT);
 	memset(&s, 0, sizeof(s));
 	kv_prep_stats(&s, 0);
 	s.nr = 8;				/* too small for kv_stats */
