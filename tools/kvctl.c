@@ -353,7 +353,7 @@ int main(int argc, char **argv)
 	const char *opt_path = NULL, *cmd;
 	uint32_t code, ns = UINT32_MAX, depth = 3;
 	struct kv_admin_status *st;
-	bool json = false, tree = false;
+	bool json = false, tree = false, depth_set = false;
 	struct kv_emit e;
 	char path[108];
 	size_t rec;
@@ -379,6 +379,7 @@ int main(int argc, char **argv)
 		case 'd':
 			if (parse_u32("--depth", optarg, &depth))
 				return 2;
+			depth_set = true;
 			break;
 		case 'h':
 			usage(stdout);
@@ -421,6 +422,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if ((tree && code != KV_ADMIN_TREE) ||
+	    (depth_set && code != KV_ADMIN_TREE) ||
 	    (ns != UINT32_MAX && code != KV_ADMIN_TREE && code != KV_ADMIN_EVICT)) {
 		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict\n");
 		return 2;
