@@ -79,9 +79,9 @@ $(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^
 
-$(O)/kvbench: $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB)
+$(O)/kvbench: $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(O)/obj/tools/trace.o $(LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(LIB_LINK) -lm -ljson-c -lxxhash
+	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(O)/obj/tools/trace.o $(LIB_LINK) -lm -ljson-c -lxxhash
 
 # Library unit tests (test_lib_*) link the library's objects, statics too.
 $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)

@@ -1,29 +1,46 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvbench: several engine processes load kvd with synthetic requests.
+ * kvbench: several engine processes load kvd, in one of two modes.
  *
- * Each process connects and, for every request, allocates
- * ceil(tokens / block_tokens) blocks (tokens uniform in [--min-tokens,
- * --max-tokens]), fills every byte of them with a pattern derived from
- * (block id, generation), keeps --live requests at once, and verifies the
- * oldest just before it releases it. A generation is unique per (process,
- * request), so a block that kvd hands to two holders, or that anyone else
- * writes, fails the check. Only the ALLOC and RELEASE round trips are
- * timed; the pattern work is not.
+ * alloc/release (the default): each process connects and, for every
+ * request, allocates ceil(tokens / block_tokens) blocks (tokens uniform
+ * in [--min-tokens, --max-tokens]), fills every byte of them with a
+ * pattern derived from (block id, generation), keeps --live requests at
+ * once, and verifies the oldest just before it releases it. A generation
+ * is unique per (process, request), so a block that kvd hands to two
+ * holders, or that anyone else writes, fails the check. Only the ALLOC
+ * and RELEASE round trips are timed; the pattern work is not.
+ *
+ * replay (--trace FILE or --synthetic): the parent reads a request
+ * stream (tools/trace.c) and request i goes to process i % procs, in
+ * arrival order. Per request a process hashes the prompt's full blocks,
+ * opens a kv_seq on them (prefix lookup + allocation), stamps the blocks
+ * it has to fill and checks the stamps of the blocks it hit, commits the
+ * prompt, appends the output in --decode-chunk pieces, commits, and
+ * keeps the request open until it leaves the --live window (FIFO). The
+ * parent computes the same stream's infinite-cache bound and, with
+ * --compare-allocators, what static, chunked and plain paged allocation
+ * would have needed over the same schedule.
  *
  * Counts and latency samples travel to the parent through one pipe per
- * process; the parent reports ops/s, latency percentiles and the pool's
- * peak use, as a table and optionally as JSON (tools/emit.h).
+ * process; the parent reports them as a table and optionally as JSON
+ * (tools/emit.h).
  */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sys/random.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +48,7 @@
 #include <kv/kv.h>
 
 #include "emit.h"
+#include "trace.h"
 
 #define NSEC_PER_SEC		1000000000ULL
 #define KVB_MAX_PROCS		64
@@ -39,12 +57,67 @@
 #define KVB_MAX_BATCH		1024U
 #define KVB_MAX_LIVE		4096U
 #define KVB_MAX_MSGS		16	/* mismatch lines per process */
+#define KVB_MAX_SAMPLES		(1U << 20)	/* per op and process */
 #define KVB_ENOSPC_GIVEUP_NS	(30 * NSEC_PER_SEC)
 #define KVB_RESULT_MAGIC	0x5242564bU	/* "KVBR" */
 /* Odd, so the words of one block never repeat. */
 #define KVB_PATTERN_STEP	0x9e3779b97f4a7c15ULL
+#define KVB_STAMP_BYTES		64	/* checked at each end of a block */
+#define KVB_CHUNK_TOKENS	256	/* --compare-allocators: chunked unit */
+#define KVB_DEFAULT_TRACE_BLOCK	512
+#define KVB_SYN_PER_PROC	2000	/* --synthetic requests per process */
+
+enum kvb_mode {
+	KVB_MODE_ALLOC,		/* alloc/release with patterns */
+	KVB_MODE_REPLAY,	/* --trace or --synthetic */
+};
+
+/* Timed operations; each has its latency samples. */
+enum kvb_op {
+	KVB_OP_ALLOC,
+	KVB_OP_RELEASE,
+	KVB_OP_HASH,		/* block hashes of a prompt */
+	KVB_OP_OPEN,		/* kv_seq_open_hashes: lookup + alloc */
+	KVB_OP_COMMIT,		/* kv_seq_commit */
+	KVB_OP_APPEND,		/* kv_seq_append of one chunk */
+	KVB_OP_CLOSE,		/* kv_seq_close */
+	KVB_NR_OPS,
+};
+
+static const char *const op_key[KVB_NR_OPS] = {
+	"alloc", "release", "hash", "open", "commit", "append", "close",
+};
+
+static const char *const op_label[KVB_NR_OPS] = {
+	"ALLOC", "RELEASE", "hash", "open (lookup + alloc)", "commit",
+	"append", "close",
+};
+
+/*
+ * Shared by the replay's processes (an anonymous shared mapping made
+ * before they fork).
+ *  - unused_slots: allocated-but-unused slots of all open sequences.
+ *  - next: the request that may open next, so that prefix lookups happen
+ *    in arrival order across processes (a futex word; KVB_TURN_STOP when
+ *    a process failed and the others must stop).
+ *  - starved: processes waiting for room with nothing of their own to
+ *    close; while it is not zero, processes waiting for their turn close
+ *    their oldest requests.
+ */
+struct kvb_shared {
+	_Atomic int64_t	unused_slots;
+	_Atomic uint32_t next;
+	_Atomic uint32_t starved;
+};
+
+#define KVB_TURN_STOP		UINT32_MAX
+#define KVB_TURN_POLL_NS	1000000L	/* re-check starved this often */
+#define KVB_STATUS_STOPPED	2		/* another process failed */
+#define KVB_PREEMPT_NS		10000000ULL	/* starved this long: preempt */
+#define KVB_MAX_PREEMPT		1000		/* per request */
 
 struct opts {
+	enum kvb_mode	mode;
 	const char	*socket;
 	const char	*model;
 	const char	*json_path;
@@ -63,6 +136,32 @@ struct opts {
 	struct kv_geometry geom;
 	bool		quiet;
 	char		*cmdline;
+	/* replay */
+	const char	*trace_path;
+	bool		synthetic;
+	unsigned	trace_block;
+	unsigned	limit;
+	bool		timestamps;
+	double		ts_scale;
+	bool		compare;
+	unsigned	max_model_len;
+	unsigned	decode_chunk;	/* tokens per append; 0: all at once */
+	bool		chunk_given;
+	uint64_t	salt;
+	bool		salt_given;
+	unsigned	alloc_only;	/* alloc-mode options given (bits) */
+	unsigned	replay_only;	/* replay options given (bits) */
+	const struct kvb_trace *tr;
+	struct kvb_shared *sh;
+};
+
+/* One op's totals in one process. */
+struct kvb_opstat {
+	uint64_t	ops;
+	uint64_t	sum_ns;
+	uint64_t	max_ns;
+	uint32_t	nr;		/* samples that follow the result */
+	uint32_t	resv;
 };
 
 /* What one process sends its parent, followed by its samples. */
@@ -70,22 +169,38 @@ struct kvb_result {
 	uint32_t	magic;
 	int32_t		status;		/* 0: ran to the end */
 	uint64_t	requests;
-	uint64_t	alloc_ops;	/* round trips, -ENOSPC ones too */
-	uint64_t	release_ops;
 	uint64_t	blocks;		/* blocks allocated */
-	uint64_t	enospc;		/* ALLOCs answered -ENOSPC */
+	uint64_t	enospc;		/* answered -ENOSPC */
 	uint64_t	forced;		/* released early for room */
 	uint64_t	waits;		/* -ENOSPC, nothing of ours to free */
-	uint64_t	bad_blocks;	/* pattern did not verify */
+	uint64_t	bad_blocks;	/* pattern or stamp did not verify */
 	uint64_t	bad_words;
 	uint64_t	bytes_checked;
 	uint64_t	t_start_ns;
 	uint64_t	t_end_ns;
-	uint64_t	alloc_sum_ns, alloc_max_ns;
-	uint64_t	release_sum_ns, release_max_ns;
-	uint32_t	nr_alloc;	/* samples that follow */
-	uint32_t	nr_release;
+	struct kvb_opstat op[KVB_NR_OPS];
 	uint32_t	max_live_blocks;
+	uint32_t	resv;
+	/* replay */
+	uint64_t	prompt_tokens;
+	uint64_t	hit_tokens;
+	uint64_t	prompt_blocks;	/* full prompt blocks looked up */
+	uint64_t	hit_blocks;
+	uint64_t	output_tokens;
+	uint64_t	peak_used;	/* most ns_blocks_used seen */
+	int64_t		peak_unused;	/* unused slots at that sample */
+	double		waste_sum;	/* sum of per-sample waste fractions */
+	uint64_t	waste_samples;
+	uint32_t	nr_spans;	/* follow the samples */
+	uint32_t	resv2;
+	uint64_t	preempted;	/* requests redone for room */
+};
+
+/* When one replayed request was open, for the as-run schedule. */
+struct kvb_span {
+	uint64_t	t_open;		/* before its open */
+	uint64_t	t_close;	/* after its close */
+	uint32_t	req;
 	uint32_t	resv;
 };
 
@@ -105,6 +220,14 @@ struct req {
 	kv_block_t	*ids;
 };
 
+/* One open request of a replay. */
+struct rseq {
+	struct kv_seq	*s;
+	size_t		req;
+	int64_t		unused;		/* its share of kvb_shared */
+	struct kvb_span	*span;
+};
+
 struct worker {
 	const struct opts *o;
 	struct kv_client *c;
@@ -120,8 +243,18 @@ struct worker {
 	int		*res;		/* a result per pending request */
 	uint64_t	next_seq;
 	unsigned	msgs;
-	struct samples	alloc, release;
+	struct samples	s[KVB_NR_OPS];
 	struct kvb_result r;
+	/* replay */
+	struct rseq	*seqs;		/* ring of o->live, oldest first */
+	uint64_t	*sub;		/* sub-block ids of one prompt */
+	struct kv_hash	*hash;		/* its full blocks, prompt first */
+	uint32_t	*tok;		/* its tokens from tok_base on */
+	uint64_t	t_go;		/* replay start, for --timestamps */
+	struct kvb_span	*spans;		/* one per request opened */
+	uint32_t	nr_spans;
+	bool		starving;	/* counted in kvb_shared.starved */
+	bool		stopped;	/* another process failed */
 };
 
 struct child {
@@ -132,18 +265,25 @@ struct child {
 	bool		got;		/* results arrived */
 	int		wstatus;
 	struct kvb_result r;
-	uint64_t	*alloc, *release;	/* sorted samples */
+	uint64_t	*samp[KVB_NR_OPS];	/* sorted samples */
+	struct kvb_span	*spans;
 };
 
 struct agg {
 	struct kvb_result sum;
 	uint64_t	t_start, t_end;
-	uint64_t	*alloc, *release;	/* sorted, all processes */
-	uint64_t	nr_alloc, nr_release;
+	uint64_t	*samp[KVB_NR_OPS];	/* sorted, all processes */
+	uint64_t	nsamp[KVB_NR_OPS];
 	struct kv_pool_info info;
 	struct kv_stats	before, after;
 	bool		have_after;
 	unsigned	failed;
+	/* replay */
+	struct kv_client *mon;		/* keeps the namespace, reads stats */
+	struct kvb_bound bound;
+	struct kvb_alloc_sim sim;	/* offline schedule */
+	struct kvb_alloc_sim run;	/* as-run schedule */
+	bool		have_sim, have_run;
 };
 
 static uint64_t now_ns(void)
@@ -181,6 +321,25 @@ enum {
 	OPT_DTYPE,
 	OPT_MODEL,
 	OPT_JSON,
+	OPT_TRACE,
+	OPT_SYNTHETIC,
+	OPT_TRACE_BLOCK,
+	OPT_LIMIT,
+	OPT_TIMESTAMPS,
+	OPT_COMPARE,
+	OPT_MAX_MODEL_LEN,
+	OPT_DECODE_CHUNK,
+	OPT_SALT,
+};
+
+/* Options of one mode only, to refuse them in the other. */
+#define ALLOC_OPT_REQUESTS	(1U << 0)
+#define ALLOC_OPT_MIN_TOKENS	(1U << 1)
+#define ALLOC_OPT_MAX_TOKENS	(1U << 2)
+#define ALLOC_OPT_BATCH		(1U << 3)
+
+static const char *const alloc_opt_names[] = {
+	"--requests", "--min-tokens", "--max-tokens", "--batch",
 };
 
 static const struct option long_opts[] = {
@@ -199,6 +358,15 @@ static const struct option long_opts[] = {
 	{ "dtype",	  required_argument, NULL, OPT_DTYPE },
 	{ "model",	  required_argument, NULL, OPT_MODEL },
 	{ "json",	  required_argument, NULL, OPT_JSON },
+	{ "trace",	  required_argument, NULL, OPT_TRACE },
+	{ "synthetic",	  no_argument,	     NULL, OPT_SYNTHETIC },
+	{ "trace-block",  required_argument, NULL, OPT_TRACE_BLOCK },
+	{ "limit",	  required_argument, NULL, OPT_LIMIT },
+	{ "timestamps",	  optional_argument, NULL, OPT_TIMESTAMPS },
+	{ "compare-allocators", no_argument, NULL, OPT_COMPARE },
+	{ "max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN },
+	{ "decode-chunk", required_argument, NULL, OPT_DECODE_CHUNK },
+	{ "salt",	  required_argument, NULL, OPT_SALT },
 	{ "quiet",	  no_argument,	     NULL, 'q' },
 	{ "help",	  no_argument,	     NULL, 'h' },
 	{ 0 }
@@ -208,23 +376,21 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "usage: kvbench [options]\n"
-"Start N engine processes that allocate, write, verify and release kvd\n"
-"blocks for synthetic requests; report ops/s, latency and pool peak use.\n"
+"       kvbench --trace FILE [replay options] [options]\n"
+"       kvbench --synthetic [replay options] [options]\n"
+"Start N engine processes that load kvd. By default they allocate, write,\n"
+"verify and release blocks for synthetic requests and report ops/s,\n"
+"latency and pool peak use. With --trace or --synthetic they replay a\n"
+"request stream through the prefix cache (kv_seq) and report the hit\n"
+"ratio against the infinite-cache bound, evictions, memory and latency.\n"
 "  -s, --socket PATH      kvd socket (default $KVD_SOCKET, else\n"
 "                         /run/kvd/kvd.sock as root, $XDG_RUNTIME_DIR/kvd.sock)\n"
 "  -p, --procs N          engine processes, 1..%u (default 4)\n"
-"  -n, --requests N       requests per process, 1..%u (default 2000)\n"
-"      --min-tokens N     shortest request (default 64)\n"
-"      --max-tokens N     longest request (default 2048); lengths are\n"
-"                         uniform in [min, max], blocks = ceil(tokens /\n"
-"                         block_tokens)\n"
-"  -b, --batch N          1: one synchronous kv_alloc/kv_release per\n"
-"                         request (default); 2..%u: N ALLOC SQEs per\n"
-"                         submit, then N RELEASE SQEs per submit\n"
 "  -l, --live N           requests each process holds at once, 1..%u\n"
 "                         (default 8; with --batch, rounded up to whole\n"
 "                         batches)\n"
-"      --seed N           request lengths and patterns (default 1)\n"
+"      --seed N           request lengths, patterns, synthetic workload\n"
+"                         (default 1)\n"
 "      --layers N         model geometry (default 4)\n"
 "      --kv-heads N       (default 2)\n"
 "      --head-dim N       (default 64)\n"
@@ -234,9 +400,36 @@ static void usage(FILE *f)
 "      --json FILE        also write the report as JSON to FILE\n"
 "  -q, --quiet            no report on stdout (errors still on stderr)\n"
 "  -h, --help\n"
-"Exit status: 0 ok, 1 a process failed or a pattern did not verify,\n"
+"alloc/release benchmark:\n"
+"  -n, --requests N       requests per process, 1..%u (default 2000)\n"
+"      --min-tokens N     shortest request (default 64)\n"
+"      --max-tokens N     longest request (default 2048); lengths are\n"
+"                         uniform in [min, max], blocks = ceil(tokens /\n"
+"                         block_tokens)\n"
+"  -b, --batch N          1: one synchronous kv_alloc/kv_release per\n"
+"                         request (default); 2..%u: N ALLOC SQEs per\n"
+"                         submit, then N RELEASE SQEs per submit\n"
+"replay:\n"
+"      --trace FILE       Mooncake .jsonl, Azure .csv or .kvdtrc\n"
+"      --synthetic        built-in workload: shared system prompts,\n"
+"                         multi-turn chats, unique messages (from --seed;\n"
+"                         --limit requests, default 2000 x --procs)\n"
+"      --trace-block N    tokens per Mooncake hash id (default 512)\n"
+"      --limit N          replay only the first N requests\n"
+"      --timestamps[=S]   start each request no earlier than its arrival\n"
+"                         time x S (default S 1; without: as fast as\n"
+"                         possible, in arrival order)\n"
+"      --decode-chunk N   output tokens per kv_seq_append (default\n"
+"                         block_tokens; 0: the whole output at once)\n"
+"      --compare-allocators  also report static, chunked (256 tokens) and\n"
+"                         paged allocation over the same schedule\n"
+"      --max-model-len N  what static allocation reserves per request\n"
+"                         (default: the longest prompt + output replayed)\n"
+"      --salt N           seed of the block hashes (default: random, so\n"
+"                         a run never hits an earlier run's blocks)\n"
+"Exit status: 0 ok, 1 a process failed or a block did not verify,\n"
 "2 usage error.\n",
-		KVB_MAX_PROCS, KVB_MAX_REQUESTS, KVB_MAX_BATCH, KVB_MAX_LIVE);
+		KVB_MAX_PROCS, KVB_MAX_LIVE, KVB_MAX_REQUESTS, KVB_MAX_BATCH);
 }
 
 static int parse_num(const char *name, const char *s, int base, uint64_t min,
@@ -266,6 +459,20 @@ static int parse_uint(const char *name, const char *s, unsigned min,
 	if (parse_num(name, s, 10, min, max, &v))
 		return -1;
 	*out = (unsigned)v;
+	return 0;
+}
+
+static int parse_scale(const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	if (!*s || errno || *end || !(*out >= 0 && *out <= 1e6)) {
+		fprintf(stderr, "kvbench: --timestamps: '%s' is not a scale in 0..1e6\n",
+			s);
+		return -1;
+	}
 	return 0;
 }
 
@@ -306,11 +513,26 @@ static void opts_default(struct opts *o)
 	o->geom.head_dim = 64;
 	o->geom.block_tokens = 16;
 	o->geom.dtype = KV_DTYPE_FP16;
+	o->trace_block = KVB_DEFAULT_TRACE_BLOCK;
+	o->ts_scale = 1;
+}
+
+/* Replay options, by name, to refuse them without --trace/--synthetic. */
+static const char *const replay_opt_names[] = {
+	"--trace-block", "--limit", "--timestamps", "--compare-allocators",
+	"--max-model-len", "--decode-chunk", "--salt",
+};
+
+static void replay_opt(struct opts *o, int opt)
+{
+	o->replay_only |= 1U << (opt - OPT_TRACE_BLOCK);
 }
 
 /* One option; returns 0, or -1 after saying what is wrong. */
 static int parse_one(struct opts *o, int opt, const char *arg)
 {
+	if (opt >= OPT_TRACE_BLOCK && opt <= OPT_SALT)
+		replay_opt(o, opt);
 	switch (opt) {
 	case 's':
 		o->socket = arg;
@@ -322,15 +544,19 @@ static int parse_one(struct opts *o, int opt, const char *arg)
 	case 'p':
 		return parse_uint("--procs", arg, 1, KVB_MAX_PROCS, &o->procs);
 	case 'n':
+		o->alloc_only |= ALLOC_OPT_REQUESTS;
 		return parse_uint("--requests", arg, 1, KVB_MAX_REQUESTS,
 				  &o->requests);
 	case OPT_MIN_TOKENS:
+		o->alloc_only |= ALLOC_OPT_MIN_TOKENS;
 		return parse_uint("--min-tokens", arg, 1, KVB_MAX_TOKENS,
 				  &o->min_tokens);
 	case OPT_MAX_TOKENS:
+		o->alloc_only |= ALLOC_OPT_MAX_TOKENS;
 		return parse_uint("--max-tokens", arg, 1, KVB_MAX_TOKENS,
 				  &o->max_tokens);
 	case 'b':
+		o->alloc_only |= ALLOC_OPT_BATCH;
 		return parse_uint("--batch", arg, 1, KVB_MAX_BATCH, &o->batch);
 	case 'l':
 		return parse_uint("--live", arg, 1, KVB_MAX_LIVE, &o->live);
@@ -361,6 +587,37 @@ static int parse_one(struct opts *o, int opt, const char *arg)
 	case OPT_JSON:
 		o->json_path = arg;
 		return 0;
+	case OPT_TRACE:
+		if (!*arg) {
+			fprintf(stderr, "kvbench: --trace: empty path\n");
+			return -1;
+		}
+		o->trace_path = arg;
+		return 0;
+	case OPT_SYNTHETIC:
+		o->synthetic = true;
+		return 0;
+	case OPT_TRACE_BLOCK:
+		return parse_uint("--trace-block", arg, 1, 65536,
+				  &o->trace_block);
+	case OPT_LIMIT:
+		return parse_uint("--limit", arg, 1, 1U << 26, &o->limit);
+	case OPT_TIMESTAMPS:
+		o->timestamps = true;
+		return arg ? parse_scale(arg, &o->ts_scale) : 0;
+	case OPT_COMPARE:
+		o->compare = true;
+		return 0;
+	case OPT_MAX_MODEL_LEN:
+		return parse_uint("--max-model-len", arg, 1,
+				  KVB_MAX_TRACE_TOKENS, &o->max_model_len);
+	case OPT_DECODE_CHUNK:
+		o->chunk_given = true;
+		return parse_uint("--decode-chunk", arg, 0,
+				  KVB_MAX_TRACE_TOKENS, &o->decode_chunk);
+	case OPT_SALT:
+		o->salt_given = true;
+		return parse_num("--salt", arg, 0, 0, UINT64_MAX, &o->salt);
 	case 'q':
 		o->quiet = true;
 		return 0;
@@ -368,11 +625,47 @@ static int parse_one(struct opts *o, int opt, const char *arg)
 	return -1;
 }
 
+/* Options that belong to the other mode are mistakes, not no-ops. */
+static int check_mode(struct opts *o)
+{
+	unsigned i;
+
+	if (o->trace_path && o->synthetic) {
+		fprintf(stderr, "kvbench: --trace and --synthetic exclude each other\n");
+		return -1;
+	}
+	o->mode = o->trace_path || o->synthetic ? KVB_MODE_REPLAY :
+						  KVB_MODE_ALLOC;
+	if (o->mode == KVB_MODE_REPLAY && o->alloc_only) {
+		for (i = 0; !(o->alloc_only & (1U << i)); i++)
+			;
+		fprintf(stderr, "kvbench: %s applies to the alloc/release benchmark, not to a replay%s\n",
+			alloc_opt_names[i], i == 0 ? " (use --limit)" : "");
+		return -1;
+	}
+	if (o->mode == KVB_MODE_ALLOC && o->replay_only) {
+		for (i = 0; !(o->replay_only & (1U << i)); i++)
+			;
+		fprintf(stderr, "kvbench: %s needs --trace or --synthetic\n",
+			replay_opt_names[i]);
+		return -1;
+	}
+	return 0;
+}
+
 /* Checks between options, and what follows from them. */
 static int opts_finish(struct opts *o)
 {
 	uint64_t data;
 
+	if (check_mode(o))
+		return -1;
+	if (o->mode == KVB_MODE_REPLAY) {
+		if (!o->chunk_given)
+			o->decode_chunk = o->geom.block_tokens;
+		o->live_max = o->live;
+		return 0;	/* the rest once the trace is read */
+	}
 	if (o->min_tokens > o->max_tokens) {
 		fprintf(stderr, "kvbench: --min-tokens %u is above --max-tokens %u\n",
 			o->min_tokens, o->max_tokens);
@@ -516,21 +809,17 @@ static int connect_kvd(const struct opts *o, struct kv_client **c,
 
 static int samples_init(struct samples *s, uint32_t cap)
 {
-	s->v = malloc((size_t)cap * sizeof(*s->v));
+	s->v = malloc(((size_t)cap + 1) * sizeof(*s->v));
 	s->cap = cap;
 	s->nr = 0;
 	s->seen = 0;
 	return s->v ? 0 : -ENOMEM;
 }
 
-static void sample_add(struct worker *w, struct samples *s, uint64_t ns,
-		       uint64_t *sum, uint64_t *max)
+static void sample_add(struct worker *w, struct samples *s, uint64_t ns)
 {
 	uint64_t j;
 
-	*sum += ns;
-	if (ns > *max)
-		*max = ns;
 	if (s->nr < s->cap) {
 		s->v[s->nr++] = ns;
 		s->seen++;
@@ -542,20 +831,18 @@ static void sample_add(struct worker *w, struct samples *s, uint64_t ns,
 		s->v[j] = ns;
 }
 
-static void record(struct worker *w, bool alloc, uint64_t ns, unsigned nr)
+/* @nr ops of kind @op took @ns each (a batch counts once per op). */
+static void record(struct worker *w, enum kvb_op op, uint64_t ns, unsigned nr)
 {
+	struct kvb_opstat *st = &w->r.op[op];
+
 	for (unsigned i = 0; i < nr; i++) {
-		if (alloc)
-			sample_add(w, &w->alloc, ns, &w->r.alloc_sum_ns,
-				   &w->r.alloc_max_ns);
-		else
-			sample_add(w, &w->release, ns, &w->r.release_sum_ns,
-				   &w->r.release_max_ns);
+		sample_add(w, &w->s[op], ns);
+		st->sum_ns += ns;
+		if (ns > st->max_ns)
+			st->max_ns = ns;
 	}
-	if (alloc)
-		w->r.alloc_ops += nr;
-	else
-		w->r.release_ops += nr;
+	st->ops += nr;
 }
 
 /* ---- pattern ---- */
@@ -691,7 +978,7 @@ static int alloc_sync(struct worker *w, unsigned n)
 		uint64_t t0 = now_ns();
 
 		w->res[i] = kv_alloc(w->c, q->nblocks, q->ids);
-		record(w, true, now_ns() - t0, 1);
+		record(w, KVB_OP_ALLOC, now_ns() - t0, 1);
 	}
 	return 0;
 }
@@ -703,7 +990,7 @@ static int release_sync(struct worker *w, unsigned n)
 		uint64_t t0 = now_ns();
 
 		w->res[i] = kv_release(w->c, q->ids, q->nblocks);
-		record(w, false, now_ns() - t0, 1);
+		record(w, KVB_OP_RELEASE, now_ns() - t0, 1);
 	}
 	return 0;
 }
@@ -774,7 +1061,7 @@ static int submit_batch(struct worker *w, unsigned n, bool alloc)
 	ret = reap(w, n);
 	if (ret)
 		return ret;
-	record(w, alloc, now_ns() - t0, n);
+	record(w, alloc ? KVB_OP_ALLOC : KVB_OP_RELEASE, now_ns() - t0, n);
 	return 0;
 }
 
@@ -916,7 +1203,7 @@ static int alloc_group(struct worker *w, unsigned n)
 	return 0;
 }
 
-static int worker_run(struct worker *w)
+static int alloc_run(struct worker *w)
 {
 	const struct opts *o = w->o;
 	unsigned done = 0, k;
@@ -949,6 +1236,549 @@ static int worker_run(struct worker *w)
 	return 0;
 }
 
+static int alloc_init(struct worker *w)
+{
+	const struct opts *o = w->o;
+
+	w->live = calloc(o->live_max, sizeof(*w->live));
+	w->pend = calloc(o->batch, sizeof(*w->pend));
+	w->res = calloc(o->batch, sizeof(*w->res));
+	if (!w->live || !w->pend || !w->res ||
+	    samples_init(&w->s[KVB_OP_ALLOC], o->requests) ||
+	    samples_init(&w->s[KVB_OP_RELEASE], o->requests))
+		return -ENOMEM;
+	return 0;
+}
+
+/* ---- replay ---- */
+
+/*
+ * A block's stamp: KVB_STAMP_BYTES at each end, derived from its hash.
+ * Whoever fills a block writes it before committing the block; whoever
+ * hits the block checks it, so a hit on the wrong block (another hash's,
+ * or one reused while cached) shows.
+ */
+static uint64_t stamp_word(const struct kv_hash *h, size_t i)
+{
+	uint64_t a, b;
+
+	memcpy(&a, h->b, 8);
+	memcpy(&b, h->b + 8, 8);
+	return splitmix64(a ^ splitmix64(b + i));
+}
+
+static size_t stamp_words(const struct worker *w)
+{
+	size_t n = KVB_STAMP_BYTES / sizeof(uint64_t);
+
+	return 2 * n < w->words ? n : w->words;
+}
+
+static int stamp_write(struct worker *w, kv_block_t id,
+		       const struct kv_hash *h)
+{
+	uint64_t *p = kv_block_ptr(w->c, id);
+	size_t n = stamp_words(w);
+
+	if (!p) {
+		fprintf(stderr, "kvbench: proc %u: kvd gave block id %u, outside the pool\n",
+			w->idx, id);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		p[i] = stamp_word(h, i);
+		p[w->words - 1 - i] = stamp_word(h, ~i);
+	}
+	return 0;
+}
+
+static void stamp_check(struct worker *w, kv_block_t id,
+			const struct kv_hash *h, size_t req, size_t pos)
+{
+	const uint64_t *p = kv_block_ptr(w->c, id);
+	size_t n = stamp_words(w), bad = 0;
+
+	if (!p) {
+		bad = 1;
+	} else {
+		for (size_t i = 0; i < n; i++)
+			bad += (p[i] != stamp_word(h, i)) +
+			       (p[w->words - 1 - i] != stamp_word(h, ~i));
+		w->r.bytes_checked += 2 * n * sizeof(uint64_t);
+	}
+	if (!bad)
+		return;
+	w->r.bad_blocks++;
+	w->r.bad_words += bad;
+	if (w->msgs++ < KVB_MAX_MSGS)
+		fprintf(stderr, "kvbench: proc %u: request %zu hit block %u at position %zu, but it does not hold that prefix's stamp (%zu words differ)\n",
+			w->idx, req, id, pos, bad);
+}
+
+static struct rseq *seq_at(struct worker *w, uint32_t i)
+{
+	return &w->seqs[(w->head + i) % w->o->live];
+}
+
+static int seq_close(struct worker *w, bool forced)
+{
+	struct rseq *q = seq_at(w, 0);
+	uint64_t t0 = now_ns(), t1;
+	int ret = kv_seq_close(q->s);
+
+	t1 = now_ns();
+	record(w, KVB_OP_CLOSE, t1 - t0, 1);
+	if (ret < 0) {
+		fprintf(stderr, "kvbench: proc %u: kv_seq_close (request %zu): %s\n",
+			w->idx, q->req, strerror(-ret));
+		return -1;
+	}
+	q->span->t_close = t1;
+	atomic_fetch_sub_explicit(&w->o->sh->unused_slots, q->unused,
+				  memory_order_relaxed);
+	q->s = NULL;
+	w->head = (w->head + 1) % w->o->live;
+	w->nlive--;
+	if (forced)
+		w->r.forced++;
+	return 0;
+}
+
+/* -ENOSPC: close our oldest request, or wait for others to close theirs. */
+static int make_room(struct worker *w, uint64_t *stuck_since,
+		     unsigned *tries)
+{
+	w->r.enospc++;
+	if (w->nlive)
+		return seq_close(w, true);
+	if (!w->starving) {
+		atomic_fetch_add(&w->o->sh->starved, 1);
+		w->starving = true;
+	}
+	return wait_for_room(w, stuck_since, tries);
+}
+
+static void fed(struct worker *w)
+{
+	if (w->starving)
+		atomic_fetch_sub(&w->o->sh->starved, 1);
+	w->starving = false;
+}
+
+/* ---- arrival order across processes ---- */
+
+static void futex_wait(_Atomic uint32_t *addr, uint32_t val, long ns)
+{
+	struct timespec ts = { 0, ns };
+
+	syscall(SYS_futex, addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *addr)
+{
+	syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
+}
+
+/* Tell every process to stop waiting for a turn: one failed. */
+static void turns_stop(struct kvb_shared *sh)
+{
+	atomic_store_explicit(&sh->next, KVB_TURN_STOP, memory_order_release);
+	futex_wake_all(&sh->next);
+}
+
+/*
+ * Wait until request @i may open: every earlier request has opened and
+ * committed its prompt. Meanwhile close our oldest requests when
+ * another process starves for room. -1 when the run is stopping.
+ */
+static int turn_wait(struct worker *w, size_t i)
+{
+	struct kvb_shared *sh = w->o->sh;
+	uint32_t v;
+
+	for (;;) {
+		/* Acquire: pairs with the release in turn_pass. */
+		v = atomic_load_explicit(&sh->next, memory_order_acquire);
+		if (v == i)
+			return 0;
+		if (v == KVB_TURN_STOP) {
+			w->stopped = true;
+			return -1;
+		}
+		if (w->nlive && atomic_load(&sh->starved)) {
+			if (seq_close(w, true))
+				return -1;
+			continue;
+		}
+		futex_wait(&sh->next, v, KVB_TURN_POLL_NS);
+	}
+}
+
+static void turn_pass(struct worker *w, size_t i)
+{
+	struct kvb_shared *sh = w->o->sh;
+
+	/* Release: our commit happened before the next lookup starts. */
+	atomic_store_explicit(&sh->next, (uint32_t)i + 1,
+			      memory_order_release);
+	futex_wake_all(&sh->next);
+}
+
+static int seq_failed(struct worker *w, const char *op, size_t i, int ret)
+{
+	fprintf(stderr, "kvbench: proc %u: %s (request %zu of %s): %s\n",
+		w->idx, op, i, w->o->trace_path ? w->o->trace_path :
+		"the synthetic workload", strerror(-ret));
+	if (ret == -EOPNOTSUPP || ret == -ENOSYS)
+		fprintf(stderr, "kvbench: this kvd or libkvclient has no prefix cache\n");
+	return -1;
+}
+
+/* Hash request @i's prompt: w->hash[0..*np), tokens from *tok_base on. */
+static int replay_hash(struct worker *w, size_t i, size_t *np,
+		       size_t *tok_base)
+{
+	const struct opts *o = w->o;
+	const struct kvb_trace *tr = o->tr;
+	const struct kvb_treq *r = &tr->reqs[i];
+	unsigned bt = o->geom.block_tokens;
+	uint32_t len = r->in_len + r->out_len;
+	uint64_t t0;
+	int n;
+
+	if (tr->kind == KVB_TRACE_IDS) {
+		t0 = now_ns();
+		*np = kvb_trace_subblocks(tr, i, bt, w->sub);
+		for (size_t j = 0; j < *np; j++)
+			kvb_subblock_hash(w->sub[j], o->salt, &w->hash[j]);
+		record(w, KVB_OP_HASH, now_ns() - t0, 1);
+		*tok_base = *np * bt;
+		kvb_trace_fill(tr, i, o->salt, (uint32_t)*tok_base, len,
+			       w->tok);
+		return 0;
+	}
+	kvb_trace_prompt(tr, i, o->salt, w->tok);
+	kvb_trace_fill(tr, i, o->salt, r->in_len, len, w->tok + r->in_len);
+	t0 = now_ns();
+	n = kv_hash_blocks(KV_HASH_XXH3_128, NULL, 0, w->tok, r->in_len, bt,
+			   NULL, w->hash);
+	record(w, KVB_OP_HASH, now_ns() - t0, 1);
+	if (n < 0)
+		return seq_failed(w, "kv_hash_blocks", i, n);
+	*np = (size_t)n;
+	*tok_base = 0;
+	return 0;
+}
+
+/* Stamp blocks [*from, to) of @q's table with their hashes. */
+static int stamp_range(struct worker *w, struct rseq *q, size_t *from,
+		       size_t to)
+{
+	const kv_block_t *tab;
+	uint32_t nr = 0;
+
+	tab = kv_seq_block_table(q->s, &nr);
+	if (to > nr) {
+		fprintf(stderr, "kvbench: proc %u: request %zu has %u blocks, needs %zu\n",
+			w->idx, q->req, nr, to);
+		return -1;
+	}
+	for (; *from < to; (*from)++)
+		if (stamp_write(w, tab[*from], &w->hash[*from]))
+			return -1;
+	return 0;
+}
+
+/* Append the output in decode chunks, stamping blocks as they fill. */
+static int replay_output(struct worker *w, struct rseq *q, size_t np,
+			 size_t tok_base)
+{
+	const struct opts *o = w->o;
+	const struct kvb_treq *r = &o->tr->reqs[q->req];
+	unsigned bt = o->geom.block_tokens;
+	size_t len = r->in_len + r->out_len, pos = r->in_len, done = np;
+	uint64_t stuck = 0;
+	unsigned tries = 0;
+	int ret;
+
+	/* The hashes kv_seq gives the blocks that fill, to stamp them. */
+	if (len / bt > np) {
+		ret = kv_hash_blocks(KV_HASH_XXH3_128,
+				     np ? &w->hash[np - 1] : NULL, np * bt,
+				     w->tok + (np * bt - tok_base),
+				     len - np * bt, bt, NULL, w->hash + np);
+		if (ret < 0)
+			return seq_failed(w, "kv_hash_blocks", q->req, ret);
+	}
+	while (pos < len) {
+		size_t n = o->decode_chunk && o->decode_chunk < len - pos ?
+			   o->decode_chunk : len - pos;
+		uint64_t t0 = now_ns();
+
+		ret = kv_seq_append(q->s, w->tok + (pos - tok_base), n);
+		record(w, KVB_OP_APPEND, now_ns() - t0, 1);
+		if (ret == -ENOSPC) {
+			/*
+			 * Nothing of ours left to close, and others hold the
+			 * rest (maybe waiting for room too): give way.
+			 */
+			if (!w->nlive && stuck &&
+			    now_ns() - stuck > KVB_PREEMPT_NS)
+				return -EAGAIN;
+			if (make_room(w, &stuck, &tries))
+				return -1;
+			continue;
+		}
+		fed(w);
+		if (ret < 0)
+			return seq_failed(w, "kv_seq_append", q->req, ret);
+		pos += n;
+		/* Written before the next append commits them. */
+		if (stamp_range(w, q, &done, pos / bt))
+			return -1;
+	}
+	return 0;
+}
+
+/* Sample the namespace's blocks in use and the waste at this moment. */
+static void replay_sample(struct worker *w)
+{
+	unsigned bt = w->o->geom.block_tokens;
+	struct kv_stats st;
+	int64_t unused;
+
+	if (kv_stats(w->c, &st))
+		return;
+	unused = atomic_load_explicit(&w->o->sh->unused_slots,
+				      memory_order_relaxed);
+	if (!st.ns_blocks_used)
+		return;
+	if (st.ns_blocks_used > w->r.peak_used) {
+		w->r.peak_used = st.ns_blocks_used;
+		w->r.peak_unused = unused;
+	}
+	w->r.waste_sum += (double)unused / ((double)st.ns_blocks_used * bt);
+	w->r.waste_samples++;
+}
+
+static void wait_arrival(struct worker *w, size_t i)
+{
+	uint64_t at = w->t_go + (uint64_t)((double)w->o->tr->reqs[i].t_us *
+					   1e3 * w->o->ts_scale);
+	struct timespec ts = {
+		.tv_sec = (time_t)(at / NSEC_PER_SEC),
+		.tv_nsec = (long)(at % NSEC_PER_SEC),
+	};
+
+	while (now_ns() < at &&
+	       clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+	       EINTR)
+		;
+}
+
+/*
+ * Open @q's prompt (prefix lookup + allocation, one round trip), check
+ * the stamps of the blocks that hit, stamp the rest, commit them.
+ * *@hit: the tokens that hit. On failure @q is closed.
+ */
+static int replay_prompt(struct worker *w, struct rseq *q, size_t np,
+			 size_t tok_base, size_t *hit)
+{
+	const struct opts *o = w->o;
+	const struct kvb_treq *r = &o->tr->reqs[q->req];
+	unsigned bt = o->geom.block_tokens;
+	const kv_block_t *tab;
+	uint64_t stuck = 0, t0;
+	unsigned tries = 0;
+	uint32_t nr = 0;
+	size_t hb, done;
+	int ret;
+
+	for (;;) {
+		t0 = now_ns();
+		ret = kv_seq_open_hashes(w->c, w->hash, np,
+					 w->tok + (np * bt - tok_base),
+					 r->in_len - np * bt, &q->s);
+		record(w, KVB_OP_OPEN, now_ns() - t0, 1);
+		if (ret != -ENOSPC)
+			break;
+		if (make_room(w, &stuck, &tries))
+			return -1;
+	}
+	fed(w);
+	if (ret < 0)
+		return seq_failed(w, "kv_seq_open_hashes", q->req, ret);
+	*hit = kv_seq_hit_tokens(q->s);
+	hb = *hit / bt < np ? *hit / bt : np;
+	tab = kv_seq_block_table(q->s, &nr);
+	for (size_t j = 0; j < hb && j < nr; j++)
+		stamp_check(w, tab[j], &w->hash[j], q->req, j);
+	done = hb;
+	if (stamp_range(w, q, &done, np))
+		goto err_close;
+	t0 = now_ns();
+	ret = kv_seq_commit(q->s);
+	record(w, KVB_OP_COMMIT, now_ns() - t0, 1);
+	if (ret < 0) {
+		seq_failed(w, "kv_seq_commit", q->req, ret);
+		goto err_close;
+	}
+	return 0;
+
+err_close:
+	kv_seq_close(q->s);
+	q->s = NULL;
+	return -1;
+}
+
+/*
+ * Preempted (no room to grow, nothing of ours to close): give the blocks
+ * back and open the prompt again after a pause, as an engine that
+ * recomputes a preempted request does. Its committed blocks may still
+ * be cached; its hits count only from the first, in-order open.
+ */
+static int replay_preempt(struct worker *w, struct rseq *q, size_t np,
+			  size_t tok_base, unsigned n)
+{
+	struct timespec ts = { 0, 1000000L * (w->idx + 1) };
+	size_t hit;
+
+	kv_seq_close(q->s);
+	q->s = NULL;
+	fed(w);
+	w->r.preempted++;
+	if (n >= KVB_MAX_PREEMPT) {
+		fprintf(stderr, "kvbench: proc %u: request %zu preempted %u times; is the pool too small for %u processes?\n",
+			w->idx, q->req, n, w->o->procs);
+		return -1;
+	}
+	nanosleep(&ts, NULL);
+	return replay_prompt(w, q, np, tok_base, &hit);
+}
+
+/*
+ * One request. While it is built it sits in the slot after the live
+ * ones, seq_at(nlive), and is not live yet: -ENOSPC closes older
+ * requests only (closing the oldest moves head and nlive together, so
+ * that slot stays where it is). It joins the live window once its
+ * output is appended.
+ */
+static int replay_one(struct worker *w, size_t i)
+{
+	const struct opts *o = w->o;
+	const struct kvb_treq *r = &o->tr->reqs[i];
+	unsigned bt = o->geom.block_tokens;
+	size_t np = 0, tok_base = 0, hit = 0;
+	struct rseq *q;
+	uint32_t nr = 0;
+	uint64_t t0;
+	int ret = 0;
+
+	if (o->timestamps)
+		wait_arrival(w, i);
+	if (w->nlive == o->live && seq_close(w, false))
+		return -1;
+	q = seq_at(w, w->nlive);
+	q->req = i;
+	if (replay_hash(w, i, &np, &tok_base))
+		return -1;
+	if (turn_wait(w, i))
+		return -1;
+	q->span = &w->spans[w->nr_spans];
+	q->span->req = (uint32_t)i;
+	q->span->t_open = now_ns();
+	if (replay_prompt(w, q, np, tok_base, &hit))
+		return -1;
+	turn_pass(w, i);
+	for (unsigned n = 0; r->out_len; n++) {
+		ret = replay_output(w, q, np, tok_base);
+		if (ret != -EAGAIN)
+			break;
+		if (replay_preempt(w, q, np, tok_base, n))
+			return -1;
+	}
+	if (ret)
+		goto err_close;
+	if (r->out_len) {
+		t0 = now_ns();
+		ret = kv_seq_commit(q->s);
+		record(w, KVB_OP_COMMIT, now_ns() - t0, 1);
+		if (ret < 0) {
+			seq_failed(w, "kv_seq_commit", i, ret);
+			goto err_close;
+		}
+	}
+	kv_seq_block_table(q->s, &nr);
+	q->unused = (int64_t)nr * bt - (int64_t)kv_seq_len(q->s);
+	atomic_fetch_add_explicit(&o->sh->unused_slots, q->unused,
+				  memory_order_relaxed);
+	w->nr_spans++;
+	w->nlive++;
+	w->r.requests++;
+	w->r.prompt_tokens += r->in_len;
+	w->r.hit_tokens += hit;
+	w->r.prompt_blocks += np;
+	w->r.hit_blocks += hit / bt < np ? hit / bt : np;
+	w->r.output_tokens += r->out_len;
+	replay_sample(w);
+	return 0;
+
+err_close:
+	kv_seq_close(q->s);
+	q->s = NULL;
+	return -1;
+}
+
+static int replay_run(struct worker *w)
+{
+	const struct opts *o = w->o;
+	int ret = 0;
+
+	for (size_t i = w->idx; i < o->tr->nr; i += o->procs) {
+		ret = replay_one(w, i);
+		if (ret)
+			break;
+	}
+	while (w->nlive)
+		if (seq_close(w, false))
+			return -1;
+	return ret;
+}
+
+static int replay_init(struct worker *w)
+{
+	const struct opts *o = w->o;
+	const struct kvb_trace *tr = o->tr;
+	size_t blocks = tr->max_total / o->geom.block_tokens + 2;
+	uint64_t mine = 0, appends = 0;
+
+	for (size_t i = w->idx; i < tr->nr; i += o->procs) {
+		uint32_t out = tr->reqs[i].out_len, c = o->decode_chunk;
+
+		mine++;
+		if (out)
+			appends += c ? (out + c - 1) / c : 1;
+	}
+	mine = mine ? mine : 1;
+	w->spans = calloc(mine, sizeof(*w->spans));
+	if (mine > KVB_MAX_SAMPLES)
+		mine = KVB_MAX_SAMPLES;
+	if (appends > KVB_MAX_SAMPLES)
+		appends = KVB_MAX_SAMPLES;
+	w->seqs = calloc(o->live, sizeof(*w->seqs));
+	w->sub = malloc(blocks * sizeof(*w->sub));
+	w->hash = malloc(blocks * sizeof(*w->hash));
+	w->tok = malloc(((size_t)tr->max_total + 1) * sizeof(*w->tok));
+	if (!w->seqs || !w->sub || !w->hash || !w->tok || !w->spans ||
+	    samples_init(&w->s[KVB_OP_HASH], (uint32_t)mine) ||
+	    samples_init(&w->s[KVB_OP_OPEN], (uint32_t)mine) ||
+	    samples_init(&w->s[KVB_OP_COMMIT], (uint32_t)(2 * mine)) ||
+	    samples_init(&w->s[KVB_OP_APPEND], (uint32_t)appends) ||
+	    samples_init(&w->s[KVB_OP_CLOSE], (uint32_t)mine))
+		return -ENOMEM;
+	return 0;
+}
+
 static int worker_init(struct worker *w, const struct opts *o, unsigned idx)
 {
 	struct kv_pool_info info;
@@ -961,12 +1791,7 @@ static int worker_init(struct worker *w, const struct opts *o, unsigned idx)
 	w->res_rng = ~w->rng;
 	w->gen_base = splitmix64(o->seed ^ 0x6b76626eULL);
 	w->r.magic = KVB_RESULT_MAGIC;
-	w->live = calloc(o->live_max, sizeof(*w->live));
-	w->pend = calloc(o->batch, sizeof(*w->pend));
-	w->res = calloc(o->batch, sizeof(*w->res));
-	if (!w->live || !w->pend || !w->res ||
-	    samples_init(&w->alloc, o->requests) ||
-	    samples_init(&w->release, o->requests)) {
+	if ((o->mode == KVB_MODE_REPLAY ? replay_init(w) : alloc_init(w))) {
 		fprintf(stderr, "kvbench: proc %u: out of memory\n", idx);
 		return -ENOMEM;
 	}
@@ -1016,11 +1841,15 @@ static int read_full(int fd, void *buf, size_t len)
 
 static int send_result(struct worker *w, int fd)
 {
-	w->r.nr_alloc = w->alloc.nr;
-	w->r.nr_release = w->release.nr;
-	if (write_full(fd, &w->r, sizeof(w->r)) ||
-	    write_full(fd, w->alloc.v, w->alloc.nr * sizeof(uint64_t)) ||
-	    write_full(fd, w->release.v, w->release.nr * sizeof(uint64_t)))
+	for (int k = 0; k < KVB_NR_OPS; k++)
+		w->r.op[k].nr = w->s[k].nr;
+	w->r.nr_spans = w->nr_spans;
+	if (write_full(fd, &w->r, sizeof(w->r)))
+		return -1;
+	for (int k = 0; k < KVB_NR_OPS; k++)
+		if (write_full(fd, w->s[k].v, w->s[k].nr * sizeof(uint64_t)))
+			return -1;
+	if (write_full(fd, w->spans, w->nr_spans * sizeof(*w->spans)))
 		return -1;
 	return 0;
 }
@@ -1038,14 +1867,16 @@ child_main(const struct opts *o, unsigned idx, int go_fd, int out_fd)
 		_exit(1);
 	if (read_full(go_fd, &go, 1) || go != 'g')
 		_exit(1);
-	w.r.t_start_ns = now_ns();
-	ret = worker_run(&w);
+	w.r.t_start_ns = w.t_go = now_ns();
+	ret = o->mode == KVB_MODE_REPLAY ? replay_run(&w) : alloc_run(&w);
 	w.r.t_end_ns = now_ns();
-	w.r.status = ret ? 1 : 0;
+	if (ret && o->sh && !w.stopped)
+		turns_stop(o->sh);
+	w.r.status = w.stopped ? KVB_STATUS_STOPPED : ret ? 1 : 0;
 	kv_disconnect(w.c);
 	if (send_result(&w, out_fd))
 		_exit(1);
-	_exit(ret ? 1 : 0);
+	_exit(ret && !w.stopped ? 1 : 0);
 }
 
 static int spawn(const struct opts *o, struct child *ch, unsigned idx,
@@ -1096,18 +1927,57 @@ static void collect(struct child *ch, unsigned idx)
 
 	if (read_full(ch->fd, &r, sizeof(r)) || r.magic != KVB_RESULT_MAGIC)
 		return;
-	ch->alloc = malloc((r.nr_alloc + 1) * sizeof(uint64_t));
-	ch->release = malloc((r.nr_release + 1) * sizeof(uint64_t));
-	if (!ch->alloc || !ch->release) {
-		fprintf(stderr, "kvbench: out of memory for proc %u's samples\n",
-			idx);
-		return;
+	for (int k = 0; k < KVB_NR_OPS; k++) {
+		ch->samp[k] = malloc(((size_t)r.op[k].nr + 1) *
+				     sizeof(uint64_t));
+		if (!ch->samp[k]) {
+			fprintf(stderr, "kvbench: out of memory for proc %u's samples\n",
+				idx);
+			return;
+		}
+		if (read_full(ch->fd, ch->samp[k],
+			      r.op[k].nr * sizeof(uint64_t)))
+			return;
 	}
-	if (read_full(ch->fd, ch->alloc, r.nr_alloc * sizeof(uint64_t)) ||
-	    read_full(ch->fd, ch->release, r.nr_release * sizeof(uint64_t)))
+	ch->spans = malloc(((size_t)r.nr_spans + 1) * sizeof(*ch->spans));
+	if (!ch->spans ||
+	    read_full(ch->fd, ch->spans, r.nr_spans * sizeof(*ch->spans)))
 		return;
 	ch->r = r;
 	ch->got = true;
+}
+
+/*
+ * Results in the order they come. A process that ends without results,
+ * or with a failure, stops the others' replay (they may wait for its
+ * turn).
+ */
+static void collect_all(const struct opts *o, struct child *ch, unsigned n)
+{
+	struct pollfd pf[KVB_MAX_PROCS];
+	unsigned left = n;
+
+	for (unsigned i = 0; i < n; i++) {
+		ch[i].started = true;
+		pf[i] = (struct pollfd){ .fd = ch[i].fd, .events = POLLIN };
+	}
+	while (left) {
+		if (poll(pf, n, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			perror("kvbench: poll");
+			break;
+		}
+		for (unsigned i = 0; i < n; i++) {
+			if (pf[i].fd < 0 || !pf[i].revents)
+				continue;
+			collect(&ch[i], i);
+			pf[i].fd = -1;
+			left--;
+			if (o->sh && (!ch[i].got || ch[i].r.status == 1))
+				turns_stop(o->sh);
+		}
+	}
 }
 
 /* Why a process failed, or NULL when it did not. */
@@ -1126,7 +1996,7 @@ static const char *child_failure(const struct child *ch, char *buf,
 			 WEXITSTATUS(st));
 		return buf;
 	}
-	if (!ch->started)
+	if (!ch->started || ch->r.status == KVB_STATUS_STOPPED)
 		return NULL;	/* stopped because another one failed */
 	if (!ch->got) {
 		snprintf(buf, len, "sent no results (exit %d)",
@@ -1161,10 +2031,30 @@ static unsigned reap_all(struct child *ch, unsigned n)
 }
 
 /*
+ * Replay: one more client, connected while the engines are, keeps the
+ * namespace (and its prefix-cache counters) alive from before the run to
+ * after it, so the counters' differences are this run's.
+ */
+static int monitor_begin(const struct opts *o, struct agg *a)
+{
+	int ret;
+
+	if (connect_kvd(o, &a->mon, "pool stats"))
+		return -1;
+	ret = kv_stats(a->mon, &a->before);
+	if (ret) {
+		fprintf(stderr, "kvbench: STATS: %s\n", strerror(-ret));
+		return -1;
+	}
+	return 0;
+}
+
+/*
  * Fork all, wait until each is connected, start them together, collect.
  * Returns 0 when all ran fine, 1 when one failed, -1 when none started.
  */
-static int run_children(const struct opts *o, struct child *ch)
+static int run_children(const struct opts *o, struct child *ch,
+			struct agg *a)
 {
 	unsigned started = 0, ready = 0;
 	int go[2];
@@ -1183,12 +2073,13 @@ static int run_children(const struct opts *o, struct child *ch)
 		ch[i].ready = !read_full(ch[i].fd, &b, 1) && b == 'R';
 		ready += ch[i].ready;
 	}
+	if (ready == o->procs && o->mode == KVB_MODE_REPLAY &&
+	    monitor_begin(o, a))
+		ready = 0;
 	release_all(go[1], started, ready == o->procs ? 'g' : 'a');
 	close(go[1]);
-	for (unsigned i = 0; ready == o->procs && i < started; i++) {
-		ch[i].started = true;
-		collect(&ch[i], i);
-	}
+	if (ready == o->procs)
+		collect_all(o, ch, started);
 	if (reap_all(ch, started) || ready < o->procs) {
 		if (ready < o->procs)
 			fprintf(stderr, "kvbench: %u of %u processes ready; run not started\n",
@@ -1222,11 +2113,14 @@ static double per_s(uint64_t count, uint64_t ns)
 	return ns ? (double)count * 1e9 / (double)ns : 0;
 }
 
+static double ratio(uint64_t a, uint64_t b)
+{
+	return b ? (double)a / (double)b : 0;
+}
+
 static void sum_result(struct kvb_result *s, const struct kvb_result *r)
 {
 	s->requests += r->requests;
-	s->alloc_ops += r->alloc_ops;
-	s->release_ops += r->release_ops;
 	s->blocks += r->blocks;
 	s->enospc += r->enospc;
 	s->forced += r->forced;
@@ -1234,29 +2128,39 @@ static void sum_result(struct kvb_result *s, const struct kvb_result *r)
 	s->bad_blocks += r->bad_blocks;
 	s->bad_words += r->bad_words;
 	s->bytes_checked += r->bytes_checked;
-	s->alloc_sum_ns += r->alloc_sum_ns;
-	s->release_sum_ns += r->release_sum_ns;
-	if (r->alloc_max_ns > s->alloc_max_ns)
-		s->alloc_max_ns = r->alloc_max_ns;
-	if (r->release_max_ns > s->release_max_ns)
-		s->release_max_ns = r->release_max_ns;
+	for (int k = 0; k < KVB_NR_OPS; k++) {
+		s->op[k].ops += r->op[k].ops;
+		s->op[k].sum_ns += r->op[k].sum_ns;
+		if (r->op[k].max_ns > s->op[k].max_ns)
+			s->op[k].max_ns = r->op[k].max_ns;
+	}
+	s->prompt_tokens += r->prompt_tokens;
+	s->hit_tokens += r->hit_tokens;
+	s->prompt_blocks += r->prompt_blocks;
+	s->hit_blocks += r->hit_blocks;
+	s->output_tokens += r->output_tokens;
+	if (r->peak_used > s->peak_used) {
+		s->peak_used = r->peak_used;
+		s->peak_unused = r->peak_unused;
+	}
+	s->waste_sum += r->waste_sum;
+	s->waste_samples += r->waste_samples;
+	s->preempted += r->preempted;
 }
 
 /* Sum counts, merge and sort samples (each process's sorted too). */
 static int aggregate(struct agg *a, struct child *ch, unsigned n)
 {
-	uint64_t na = 0, nr = 0;
+	for (int k = 0; k < KVB_NR_OPS; k++) {
+		uint64_t total = 0;
 
-	for (unsigned i = 0; i < n; i++) {
-		if (!ch[i].got)
-			continue;
-		na += ch[i].r.nr_alloc;
-		nr += ch[i].r.nr_release;
+		for (unsigned i = 0; i < n; i++)
+			if (ch[i].got)
+				total += ch[i].r.op[k].nr;
+		a->samp[k] = malloc((total + 1) * sizeof(uint64_t));
+		if (!a->samp[k])
+			return -ENOMEM;
 	}
-	a->alloc = malloc((na + 1) * sizeof(uint64_t));
-	a->release = malloc((nr + 1) * sizeof(uint64_t));
-	if (!a->alloc || !a->release)
-		return -ENOMEM;
 	for (unsigned i = 0; i < n; i++) {
 		struct kvb_result *r = &ch[i].r;
 
@@ -1267,18 +2171,29 @@ static int aggregate(struct agg *a, struct child *ch, unsigned n)
 			a->t_start = r->t_start_ns;
 		if (r->t_end_ns > a->t_end)
 			a->t_end = r->t_end_ns;
-		qsort(ch[i].alloc, r->nr_alloc, sizeof(uint64_t), cmp_u64);
-		qsort(ch[i].release, r->nr_release, sizeof(uint64_t), cmp_u64);
-		memcpy(a->alloc + a->nr_alloc, ch[i].alloc,
-		       r->nr_alloc * sizeof(uint64_t));
-		memcpy(a->release + a->nr_release, ch[i].release,
-		       r->nr_release * sizeof(uint64_t));
-		a->nr_alloc += r->nr_alloc;
-		a->nr_release += r->nr_release;
+		for (int k = 0; k < KVB_NR_OPS; k++) {
+			qsort(ch[i].samp[k], r->op[k].nr, sizeof(uint64_t),
+			      cmp_u64);
+			memcpy(a->samp[k] + a->nsamp[k], ch[i].samp[k],
+			       r->op[k].nr * sizeof(uint64_t));
+			a->nsamp[k] += r->op[k].nr;
+		}
 	}
-	qsort(a->alloc, a->nr_alloc, sizeof(uint64_t), cmp_u64);
-	qsort(a->release, a->nr_release, sizeof(uint64_t), cmp_u64);
+	for (int k = 0; k < KVB_NR_OPS; k++)
+		qsort(a->samp[k], a->nsamp[k], sizeof(uint64_t), cmp_u64);
 	return 0;
+}
+
+static void emit_geometry(struct kv_emit *e, const struct opts *o,
+			  const struct agg *a)
+{
+	kv_emit_str(e, "model", "model", o->model);
+	kv_emit_u64(e, "layers", "layers", o->geom.layers);
+	kv_emit_u64(e, "kv_heads", "kv heads", o->geom.kv_heads);
+	kv_emit_u64(e, "head_dim", "head dim", o->geom.head_dim);
+	kv_emit_u64(e, "block_tokens", "block tokens", o->geom.block_tokens);
+	kv_emit_str(e, "dtype", "dtype", o->dtype_name);
+	kv_emit_u64(e, "block_bytes", "block bytes", a->info.block_bytes);
 }
 
 static void emit_config(struct kv_emit *e, const struct opts *o,
@@ -1293,27 +2208,23 @@ static void emit_config(struct kv_emit *e, const struct opts *o,
 	kv_emit_u64(e, "batch", "batch", o->batch);
 	kv_emit_u64(e, "live", "live per process", o->live_max);
 	kv_emit_u64(e, "seed", "seed", o->seed);
-	kv_emit_str(e, "model", "model", o->model);
-	kv_emit_u64(e, "layers", "layers", o->geom.layers);
-	kv_emit_u64(e, "kv_heads", "kv heads", o->geom.kv_heads);
-	kv_emit_u64(e, "head_dim", "head dim", o->geom.head_dim);
-	kv_emit_u64(e, "block_tokens", "block tokens", o->geom.block_tokens);
-	kv_emit_str(e, "dtype", "dtype", o->dtype_name);
-	kv_emit_u64(e, "block_bytes", "block bytes", a->info.block_bytes);
+	emit_geometry(e, o, a);
 	kv_emit_obj_end(e);
 }
 
 static void emit_results(struct kv_emit *e, const struct agg *a)
 {
 	const struct kvb_result *s = &a->sum;
+	const struct kvb_opstat *al = &s->op[KVB_OP_ALLOC];
+	const struct kvb_opstat *rel = &s->op[KVB_OP_RELEASE];
 	uint64_t wall = a->t_end - a->t_start;
-	uint64_t ops = s->alloc_ops + s->release_ops;
+	uint64_t ops = al->ops + rel->ops;
 
 	kv_emit_obj_begin(e, "results", "results");
 	kv_emit_u64(e, "requests", "requests", s->requests);
 	kv_emit_u64(e, "ops", "ops (ALLOC + RELEASE)", ops);
-	kv_emit_u64(e, "alloc_ops", "ALLOC ops", s->alloc_ops);
-	kv_emit_u64(e, "release_ops", "RELEASE ops", s->release_ops);
+	kv_emit_u64(e, "alloc_ops", "ALLOC ops", al->ops);
+	kv_emit_u64(e, "release_ops", "RELEASE ops", rel->ops);
 	kv_emit_u64(e, "blocks", "blocks allocated", s->blocks);
 	kv_emit_f64(e, "wall_s", "wall time (s)", (double)wall / 1e9);
 	kv_emit_f64(e, "ops_per_s", "ops/s", per_s(ops, wall));
@@ -1332,15 +2243,19 @@ static void emit_results(struct kv_emit *e, const struct agg *a)
 	kv_emit_obj_end(e);
 }
 
-static void emit_op_latency(struct kv_emit *e, const char *key,
-			    const char *label, const uint64_t *v, uint64_t n,
-			    uint64_t sum, uint64_t ops, uint64_t max)
+static void emit_op_latency(struct kv_emit *e, const struct agg *a,
+			    enum kvb_op k)
 {
-	kv_emit_obj_begin(e, key, label);
+	const struct kvb_opstat *st = &a->sum.op[k];
+	const uint64_t *v = a->samp[k];
+	uint64_t n = a->nsamp[k];
+
+	kv_emit_obj_begin(e, op_key[k], op_label[k]);
 	kv_emit_f64(e, "p50", "p50", pct_us(v, n, 50));
 	kv_emit_f64(e, "p99", "p99", pct_us(v, n, 99));
-	kv_emit_f64(e, "mean", "mean", ops ? (double)sum / ops / 1e3 : 0);
-	kv_emit_f64(e, "max", "max", (double)max / 1e3);
+	kv_emit_f64(e, "mean", "mean", st->ops ?
+		    (double)st->sum_ns / st->ops / 1e3 : 0);
+	kv_emit_f64(e, "max", "max", (double)st->max_ns / 1e3);
 	kv_emit_u64(e, "samples", "samples", n);
 	kv_emit_obj_end(e);
 }
@@ -1348,17 +2263,20 @@ static void emit_op_latency(struct kv_emit *e, const char *key,
 static void emit_latency(struct kv_emit *e, const struct opts *o,
 			 const struct agg *a)
 {
-	const struct kvb_result *s = &a->sum;
-
 	kv_emit_obj_begin(e, "latency_us", "latency (us)");
-	kv_emit_str(e, "measured", "measured",
-		    o->batch > 1 ?
-		    "per batch: submit to last CQE, counted for each op in it" :
-		    "per op: one synchronous round trip");
-	emit_op_latency(e, "alloc", "ALLOC", a->alloc, a->nr_alloc,
-			s->alloc_sum_ns, s->alloc_ops, s->alloc_max_ns);
-	emit_op_latency(e, "release", "RELEASE", a->release, a->nr_release,
-			s->release_sum_ns, s->release_ops, s->release_max_ns);
+	if (o->mode == KVB_MODE_REPLAY) {
+		kv_emit_str(e, "measured", "measured",
+			    "per call: one synchronous kv_seq call (hash: client-side hashing of a prompt)");
+		for (int k = KVB_OP_HASH; k <= KVB_OP_CLOSE; k++)
+			emit_op_latency(e, a, k);
+	} else {
+		kv_emit_str(e, "measured", "measured",
+			    o->batch > 1 ?
+			    "per batch: submit to last CQE, counted for each op in it" :
+			    "per op: one synchronous round trip");
+		emit_op_latency(e, a, KVB_OP_ALLOC);
+		emit_op_latency(e, a, KVB_OP_RELEASE);
+	}
 	kv_emit_obj_end(e);
 }
 
@@ -1401,15 +2319,39 @@ static const struct kv_emit_col proc_cols[] = {
 	{ "status",		"status",	6 },
 };
 
-static void emit_procs(struct kv_emit *e, const struct child *ch, unsigned n)
+static const struct kv_emit_col replay_cols[] = {
+	{ "proc",		"proc",		4 },
+	{ "pid",		"pid",		8 },
+	{ "requests",		"requests",	8 },
+	{ "requests_per_s",	"req/s",	9 },
+	{ "hit_ratio_blocks",	"hit blocks",	10 },
+	{ "open_p50_us",	"open p50us",	10 },
+	{ "open_p99_us",	"open p99us",	10 },
+	{ "append_p50_us",	"app p50us",	9 },
+	{ "close_p50_us",	"close p50us",	11 },
+	{ "forced",		"forced",	7 },
+	{ "stamp_errors",	"errors",	6 },
+	{ "status",		"status",	6 },
+};
+
+static const char *proc_status(const struct child *ch)
 {
 	char why[96];
 
+	return ch->r.bad_blocks || child_failure(ch, why, sizeof(why)) ?
+	       "FAIL" : "ok";
+}
+
+static void emit_procs(struct kv_emit *e, const struct child *ch, unsigned n)
+{
 	kv_emit_table_begin(e, "procs", proc_cols,
 			    sizeof(proc_cols) / sizeof(proc_cols[0]));
 	for (unsigned i = 0; i < n; i++) {
 		const struct kvb_result *r = &ch[i].r;
-		uint64_t ops = r->alloc_ops + r->release_ops;
+		const struct kvb_opstat *al = &r->op[KVB_OP_ALLOC];
+		const struct kvb_opstat *rel = &r->op[KVB_OP_RELEASE];
+		uint64_t *const *v = ch[i].samp;
+		uint64_t ops = al->ops + rel->ops;
 
 		kv_emit_row_begin(e);
 		kv_emit_cell_u64(e, i);
@@ -1417,19 +2359,215 @@ static void emit_procs(struct kv_emit *e, const struct child *ch, unsigned n)
 		kv_emit_cell_u64(e, r->requests);
 		kv_emit_cell_u64(e, ops);
 		kv_emit_cell_f64(e, per_s(ops, r->t_end_ns - r->t_start_ns));
-		kv_emit_cell_f64(e, pct_us(ch[i].alloc, r->nr_alloc, 50));
-		kv_emit_cell_f64(e, pct_us(ch[i].alloc, r->nr_alloc, 99));
-		kv_emit_cell_f64(e, pct_us(ch[i].release, r->nr_release, 50));
-		kv_emit_cell_f64(e, pct_us(ch[i].release, r->nr_release, 99));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_ALLOC], al->nr, 50));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_ALLOC], al->nr, 99));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_RELEASE], rel->nr, 50));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_RELEASE], rel->nr, 99));
 		kv_emit_cell_u64(e, r->max_live_blocks);
 		kv_emit_cell_u64(e, r->forced);
 		kv_emit_cell_u64(e, r->bad_blocks);
-		kv_emit_cell_str(e, r->bad_blocks ||
-				 child_failure(&ch[i], why, sizeof(why)) ?
-				 "FAIL" : "ok");
+		kv_emit_cell_str(e, proc_status(&ch[i]));
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
+}
+
+static void emit_replay_procs(struct kv_emit *e, const struct child *ch,
+			      unsigned n)
+{
+	kv_emit_table_begin(e, "procs", replay_cols,
+			    sizeof(replay_cols) / sizeof(replay_cols[0]));
+	for (unsigned i = 0; i < n; i++) {
+		const struct kvb_result *r = &ch[i].r;
+		uint64_t *const *v = ch[i].samp;
+
+		kv_emit_row_begin(e);
+		kv_emit_cell_u64(e, i);
+		kv_emit_cell_u64(e, (uint64_t)ch[i].pid);
+		kv_emit_cell_u64(e, r->requests);
+		kv_emit_cell_f64(e, per_s(r->requests,
+					  r->t_end_ns - r->t_start_ns));
+		kv_emit_cell_f64(e, ratio(r->hit_blocks, r->prompt_blocks));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_OPEN],
+					   r->op[KVB_OP_OPEN].nr, 50));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_OPEN],
+					   r->op[KVB_OP_OPEN].nr, 99));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_APPEND],
+					   r->op[KVB_OP_APPEND].nr, 50));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_CLOSE],
+					   r->op[KVB_OP_CLOSE].nr, 50));
+		kv_emit_cell_u64(e, r->forced);
+		kv_emit_cell_u64(e, r->bad_blocks);
+		kv_emit_cell_str(e, proc_status(&ch[i]));
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+}
+
+static void emit_replay_config(struct kv_emit *e, const struct opts *o,
+			       const struct agg *a)
+{
+	const struct kvb_trace *tr = o->tr;
+	char salt[24];
+
+	snprintf(salt, sizeof(salt), "%llu", (unsigned long long)o->salt);
+	kv_emit_obj_begin(e, "config", "config");
+	kv_emit_u64(e, "procs", "processes", o->procs);
+	kv_emit_u64(e, "live", "live per process", o->live);
+	kv_emit_str(e, "workload", "workload", kvb_trace_fmt_name(tr->fmt));
+	kv_emit_str(e, "trace", "trace", tr->path ? tr->path : "(built in)");
+	if (tr->fmt == KVB_FMT_SYNTHETIC)
+		kv_emit_u64(e, "seed", "seed", o->seed);
+	if (tr->fmt == KVB_FMT_MOONCAKE)
+		kv_emit_u64(e, "trace_block", "trace block (tokens)",
+			    tr->trace_block);
+	kv_emit_u64(e, "limit", "limit", o->limit);
+	kv_emit_u64(e, "decode_chunk", "decode chunk (tokens)",
+		    o->decode_chunk);
+	kv_emit_f64(e, "timestamps", "timestamps (scale; 0 off)",
+		    o->timestamps ? o->ts_scale : 0);
+	/* A string: JSON numbers lose u64 precision in most readers. */
+	kv_emit_str(e, "salt", "hash salt", salt);
+	emit_geometry(e, o, a);
+	kv_emit_obj_end(e);
+}
+
+static void emit_trace(struct kv_emit *e, const struct opts *o)
+{
+	const struct kvb_trace *tr = o->tr;
+
+	kv_emit_obj_begin(e, "trace", "trace");
+	kv_emit_u64(e, "requests", "requests", tr->nr);
+	kv_emit_f64(e, "span_s", "span (s)", (double)tr->span_us / 1e6);
+	kv_emit_u64(e, "prompt_tokens", "prompt tokens", tr->sum_in);
+	kv_emit_u64(e, "output_tokens", "output tokens", tr->sum_out);
+	kv_emit_u64(e, "max_prompt", "longest prompt", tr->max_in);
+	kv_emit_u64(e, "max_output", "longest output", tr->max_out);
+	kv_emit_obj_end(e);
+}
+
+static void emit_replay_results(struct kv_emit *e, const struct opts *o,
+				const struct agg *a)
+{
+	const struct kvb_result *s = &a->sum;
+	const struct kvb_bound *b = &a->bound;
+	unsigned bt = o->geom.block_tokens;
+	uint64_t wall = a->t_end - a->t_start;
+	double hit = ratio(s->hit_blocks, s->prompt_blocks);
+	double bound = ratio(b->hits, b->refs);
+
+	kv_emit_obj_begin(e, "results", "results");
+	kv_emit_u64(e, "requests", "requests", s->requests);
+	kv_emit_f64(e, "wall_s", "wall time (s)", (double)wall / 1e9);
+	kv_emit_f64(e, "requests_per_s", "requests/s",
+		    per_s(s->requests, wall));
+	kv_emit_u64(e, "prompt_tokens", "prompt tokens", s->prompt_tokens);
+	kv_emit_u64(e, "hit_tokens", "hit tokens", s->hit_tokens);
+	kv_emit_f64(e, "hit_ratio_tokens", "hit ratio (tokens)",
+		    ratio(s->hit_tokens, s->prompt_tokens));
+	kv_emit_f64(e, "bound_tokens", "bound (tokens)",
+		    ratio(b->hits * bt, b->prompt_tokens));
+	kv_emit_u64(e, "prompt_blocks", "prompt full blocks", s->prompt_blocks);
+	kv_emit_u64(e, "hit_blocks", "hit blocks", s->hit_blocks);
+	kv_emit_f64(e, "hit_ratio_blocks", "hit ratio (blocks)", hit);
+	kv_emit_f64(e, "bound_blocks", "bound (blocks)", bound);
+	kv_emit_f64(e, "bound_gap", "bound - hit ratio", bound - hit);
+	kv_emit_u64(e, "kvd_lookups", "kvd lookups",
+		    a->after.lookups - a->before.lookups);
+	kv_emit_u64(e, "kvd_hit_blocks", "kvd hit blocks",
+		    a->after.hit_blocks - a->before.hit_blocks);
+	kv_emit_u64(e, "evictions", "evictions",
+		    a->after.evictions - a->before.evictions);
+	kv_emit_u64(e, "output_tokens", "output tokens", s->output_tokens);
+	kv_emit_u64(e, "enospc", "-ENOSPC answers", s->enospc);
+	kv_emit_u64(e, "forced", "forced closes", s->forced);
+	kv_emit_u64(e, "preempted", "preempted (redone)", s->preempted);
+	kv_emit_u64(e, "enospc_waits", "waits for room", s->waits);
+	kv_emit_u64(e, "stamp_errors", "stamp errors (blocks)",
+		    s->bad_blocks);
+	kv_emit_obj_end(e);
+}
+
+static void emit_bound(struct kv_emit *e, const struct agg *a)
+{
+	const struct kvb_bound *b = &a->bound;
+
+	kv_emit_obj_begin(e, "bound", "infinite cache (offline)");
+	kv_emit_f64(e, "hit_ratio_blocks", "hit ratio (blocks)",
+		    ratio(b->hits, b->refs));
+	kv_emit_u64(e, "refs", "prompt block references", b->refs);
+	kv_emit_u64(e, "unique", "distinct prompt blocks", b->unique);
+	kv_emit_u64(e, "footprint_blocks", "blocks committed in all",
+		    b->footprint);
+	kv_emit_obj_end(e);
+}
+
+static void emit_memory(struct kv_emit *e, const struct opts *o,
+			const struct agg *a)
+{
+	const struct kvb_result *s = &a->sum;
+	uint64_t slots = s->peak_used * o->geom.block_tokens;
+
+	kv_emit_obj_begin(e, "memory", "memory");
+	kv_emit_u64(e, "peak_blocks_used", "peak blocks in use",
+		    s->peak_used);
+	kv_emit_u64(e, "peak_bytes_used", "peak bytes in use",
+		    s->peak_used * a->info.block_bytes);
+	kv_emit_f64(e, "waste_at_peak_pct", "waste at peak (%)",
+		    slots ? 100.0 * (double)s->peak_unused / (double)slots : 0);
+	kv_emit_f64(e, "waste_mean_pct", "waste, mean (%)",
+		    s->waste_samples ?
+		    100.0 * s->waste_sum / (double)s->waste_samples : 0);
+	kv_emit_u64(e, "samples", "samples", s->waste_samples);
+	kv_emit_str(e, "sampled", "sampled",
+		    "after each request's output: kvd's blocks in use (ref > 0), unused slots of all open requests");
+	kv_emit_obj_end(e);
+}
+
+static void emit_sim(struct kv_emit *e, const char *key, const char *label,
+		     const struct kvb_alloc_sim *m, uint64_t tb)
+{
+	kv_emit_obj_begin(e, key, label);
+	kv_emit_u64(e, "peak_live", "live requests at peak", m->peak_live);
+	kv_emit_u64(e, "static_bytes", "static (max len)",
+		    m->static_slots * tb);
+	kv_emit_u64(e, "chunked_bytes", "chunked (256 tokens)",
+		    m->chunked_slots * tb);
+	kv_emit_u64(e, "paged_bytes", "paged, no sharing",
+		    m->paged_slots * tb);
+	kv_emit_u64(e, "paged_shared_bytes", "paged + sharing (ideal)",
+		    m->shared_slots * tb);
+	kv_emit_obj_end(e);
+}
+
+static void emit_allocators(struct kv_emit *e, const struct opts *o,
+			    const struct agg *a)
+{
+	const struct kvb_alloc_sim *m = a->have_run ? &a->run : &a->sim;
+	uint64_t tb = a->info.block_bytes / o->geom.block_tokens;
+	uint64_t kvd = a->sum.peak_used * a->info.block_bytes;
+
+	kv_emit_obj_begin(e, "allocators", "allocators (peak bytes)");
+	kv_emit_u64(e, "max_model_len", "max model len", o->max_model_len);
+	kv_emit_u64(e, "chunk_tokens", "chunk (tokens)", KVB_CHUNK_TOKENS);
+	kv_emit_u64(e, "bytes_per_token", "bytes per token", tb);
+	emit_sim(e, "offline", "offline schedule (i % procs, last --live each)",
+		 &a->sim, tb);
+	if (a->have_run)
+		emit_sim(e, "as_run", "as run (each request from open to close)",
+			 &a->run, tb);
+	kv_emit_u64(e, "kvd_bytes", "kvd (measured)", kvd);
+	kv_emit_str(e, "ratios_over", "ratios over",
+		    a->have_run ? "as run" : "offline");
+	kv_emit_f64(e, "static_vs_kvd", "static / kvd",
+		    ratio(m->static_slots * tb, kvd));
+	kv_emit_f64(e, "chunked_vs_kvd", "chunked / kvd",
+		    ratio(m->chunked_slots * tb, kvd));
+	kv_emit_f64(e, "paged_vs_kvd", "paged / kvd",
+		    ratio(m->paged_slots * tb, kvd));
+	kv_emit_f64(e, "kvd_vs_ideal", "kvd / ideal sharing",
+		    ratio(kvd, m->shared_slots * tb));
+	kv_emit_obj_end(e);
 }
 
 static void report(FILE *f, bool json, const struct opts *o,
@@ -1438,7 +2576,9 @@ static void report(FILE *f, bool json, const struct opts *o,
 	struct kv_emit e;
 	char mode[32];
 
-	if (o->batch > 1)
+	if (o->mode == KVB_MODE_REPLAY)
+		snprintf(mode, sizeof(mode), "replay");
+	else if (o->batch > 1)
 		snprintf(mode, sizeof(mode), "batch %u", o->batch);
 	else
 		snprintf(mode, sizeof(mode), "sync");
@@ -1450,12 +2590,25 @@ static void report(FILE *f, bool json, const struct opts *o,
 		    getenv("KVD_SOCKET") : "(libkvclient default)");
 	kv_emit_str(&e, "mode", "mode", mode);
 	kv_emit_str(&e, "result", "result", ok ? "ok" : "FAILED");
-	emit_config(&e, o, a);
-	emit_results(&e, a);
+	if (o->mode == KVB_MODE_REPLAY) {
+		emit_replay_config(&e, o, a);
+		emit_trace(&e, o);
+		emit_replay_results(&e, o, a);
+		emit_bound(&e, a);
+		emit_memory(&e, o, a);
+		if (a->have_sim)
+			emit_allocators(&e, o, a);
+	} else {
+		emit_config(&e, o, a);
+		emit_results(&e, a);
+	}
 	emit_latency(&e, o, a);
 	emit_pool(&e, a);
 	kv_emit_obj_end(&e);
-	emit_procs(&e, ch, o->procs);
+	if (o->mode == KVB_MODE_REPLAY)
+		emit_replay_procs(&e, ch, o->procs);
+	else
+		emit_procs(&e, ch, o->procs);
 	kv_emit_end(&e);
 }
 
@@ -1469,6 +2622,148 @@ static int write_json(const struct opts *o, FILE *f, const struct agg *a,
 		return -1;
 	}
 	return 0;
+}
+
+/* ---- replay set-up ---- */
+
+static uint64_t random_salt(void)
+{
+	uint64_t v;
+
+	if (getrandom(&v, sizeof(v), 0) == sizeof(v))
+		return v;
+	return splitmix64(now_ns() ^ (uint64_t)getpid() << 32);
+}
+
+/* Read or make the request stream; what follows from it. */
+static int replay_prepare(struct opts *o, struct kvb_trace *tr)
+{
+	unsigned bt = o->geom.block_tokens;
+	uint64_t blocks, data;
+	int ret;
+
+	if (o->synthetic) {
+		size_t n = o->limit ? o->limit :
+			   (size_t)KVB_SYN_PER_PROC * o->procs;
+
+		ret = kvb_trace_synthetic(tr, n, o->seed);
+		if (ret) {
+			fprintf(stderr, "kvbench: --synthetic: %s\n",
+				strerror(-ret));
+			return 1;
+		}
+	} else {
+		if (o->trace_block % bt) {
+			fprintf(stderr, "kvbench: --trace-block %u is not a multiple of --block-tokens %u\n",
+				o->trace_block, bt);
+			return 2;
+		}
+		if (kvb_trace_load(tr, o->trace_path, o->limit,
+				   o->trace_block))
+			return 2;
+	}
+	o->tr = tr;
+	if (!o->salt_given)
+		o->salt = random_salt();
+	if (o->max_model_len && o->max_model_len < tr->max_total) {
+		fprintf(stderr, "kvbench: --max-model-len %u is shorter than the longest request (%u tokens)\n",
+			o->max_model_len, tr->max_total);
+		return 2;
+	}
+	if (!o->max_model_len)
+		o->max_model_len = tr->max_total;
+	/* kv_seq keeps hashes, ids and commit entries in the data area. */
+	blocks = tr->max_total / bt + 2;
+	data = (blocks * (sizeof(struct kv_hash) + sizeof(kv_block_t) +
+			  sizeof(struct kv_commit)) + 8191) & ~4095ULL;
+	if (data > KV_MAX_DATA_BYTES) {
+		fprintf(stderr, "kvbench: a %u-token request is %llu blocks of %u tokens; kvd's ring data area cannot hold its hashes (use larger --block-tokens)\n",
+			tr->max_total, (unsigned long long)blocks, bt);
+		return 2;
+	}
+	o->data_bytes = data > (256U << 10) ? (unsigned)data : 0;
+	o->max_req_blocks = (uint32_t)(blocks - 1);
+	o->sh = mmap(NULL, sizeof(*o->sh), PROT_READ | PROT_WRITE,
+		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (o->sh == MAP_FAILED) {
+		o->sh = NULL;
+		perror("kvbench: mmap");
+		return 1;
+	}
+	atomic_init(&o->sh->unused_slots, 0);
+	atomic_init(&o->sh->next, 0);
+	atomic_init(&o->sh->starved, 0);
+	return 0;
+}
+
+/* The offline figures: bound, and with --compare-allocators the sim. */
+static int replay_analyse(const struct opts *o, struct agg *a)
+{
+	unsigned bt = o->geom.block_tokens;
+	int ret;
+
+	struct kvb_event *ev = NULL;
+	size_t nev = 0;
+
+	ret = kvb_trace_bound(o->tr, bt, &a->bound);
+	if (!ret && o->compare)
+		ret = kvb_sched_lockstep(o->tr->nr, o->procs, o->live, &ev,
+					 &nev);
+	if (!ret && o->compare) {
+		a->sim.max_model_len = o->max_model_len;
+		a->sim.chunk = KVB_CHUNK_TOKENS;
+		ret = kvb_trace_alloc_sim(o->tr, bt, ev, nev, &a->sim);
+		a->have_sim = !ret;
+	}
+	free(ev);
+	if (ret)
+		fprintf(stderr, "kvbench: offline analysis: %s\n",
+			strerror(-ret));
+	return ret ? 1 : 0;
+}
+
+static int cmp_event(const void *a, const void *b)
+{
+	const struct kvb_event *x = a, *y = b;
+
+	if (x->t != y->t)
+		return x->t < y->t ? -1 : 1;
+	return x->sign - y->sign;	/* leaving before arriving */
+}
+
+/* The allocators over the schedule the run really had. */
+static void replay_as_run(const struct opts *o, struct agg *a,
+			  const struct child *ch)
+{
+	struct kvb_event *ev;
+	size_t n = 0, k = 0;
+	int ret;
+
+	for (unsigned i = 0; i < o->procs; i++)
+		if (ch[i].got)
+			n += ch[i].r.nr_spans;
+	ev = malloc((2 * n + 1) * sizeof(*ev));
+	if (!ev)
+		return;
+	for (unsigned i = 0; i < o->procs; i++) {
+		for (uint32_t j = 0; ch[i].got && j < ch[i].r.nr_spans; j++) {
+			const struct kvb_span *sp = &ch[i].spans[j];
+
+			ev[k++] = (struct kvb_event){ sp->t_open, sp->req, 1 };
+			ev[k++] = (struct kvb_event){
+				sp->t_close ? sp->t_close : UINT64_MAX,
+				sp->req, -1 };
+		}
+	}
+	qsort(ev, k, sizeof(*ev), cmp_event);
+	a->run.max_model_len = o->max_model_len;
+	a->run.chunk = KVB_CHUNK_TOKENS;
+	ret = kvb_trace_alloc_sim(o->tr, o->geom.block_tokens, ev, k, &a->run);
+	a->have_run = !ret;
+	if (ret)
+		fprintf(stderr, "kvbench: allocators over the run's schedule: %s\n",
+			strerror(-ret));
+	free(ev);
 }
 
 /* ---- main ---- */
@@ -1489,9 +2784,16 @@ static int probe(const struct opts *o, struct agg *a)
 		return 1;
 	}
 	if (o->max_req_blocks > a->info.max_blocks) {
-		fprintf(stderr, "kvbench: --max-tokens %u needs %u-block requests; the pool holds only %u blocks of %llu bytes\n",
-			o->max_tokens, o->max_req_blocks, a->info.max_blocks,
-			(unsigned long long)a->info.block_bytes);
+		if (o->mode == KVB_MODE_REPLAY)
+			fprintf(stderr, "kvbench: the longest request (%u tokens) needs %u blocks; the pool holds only %u blocks of %llu bytes\n",
+				o->tr->max_total, o->max_req_blocks,
+				a->info.max_blocks,
+				(unsigned long long)a->info.block_bytes);
+		else
+			fprintf(stderr, "kvbench: --max-tokens %u needs %u-block requests; the pool holds only %u blocks of %llu bytes\n",
+				o->max_tokens, o->max_req_blocks,
+				a->info.max_blocks,
+				(unsigned long long)a->info.block_bytes);
 		return 2;
 	}
 	if (a->info.block_bytes % sizeof(uint64_t)) {
@@ -1504,13 +2806,14 @@ static int probe(const struct opts *o, struct agg *a)
 
 static int final_stats(const struct opts *o, struct agg *a)
 {
-	struct kv_client *c;
+	struct kv_client *c = a->mon;
 	int ret;
 
-	if (connect_kvd(o, &c, "pool stats after the run"))
+	if (!c && connect_kvd(o, &c, "pool stats after the run"))
 		return -1;
 	ret = kv_stats(c, &a->after);
 	kv_disconnect(c);
+	a->mon = NULL;
 	if (ret) {
 		fprintf(stderr, "kvbench: STATS: %s\n", strerror(-ret));
 		return -1;
@@ -1531,6 +2834,8 @@ static int finish(const struct opts *o, struct agg *a, struct child *ch,
 	}
 	if (final_stats(o, a))
 		ok = false;
+	if (o->mode == KVB_MODE_REPLAY && o->compare)
+		replay_as_run(o, a, ch);
 	ok = ok && !a->sum.bad_blocks;
 	if (!o->quiet)
 		report(stdout, false, o, a, ch, ok);
@@ -1544,6 +2849,7 @@ static int finish(const struct opts *o, struct agg *a, struct child *ch,
 
 int main(int argc, char **argv)
 {
+	struct kvb_trace tr = { 0 };
 	struct child *ch = NULL;
 	struct agg a = { 0 };
 	FILE *json = NULL;
@@ -1554,9 +2860,19 @@ int main(int argc, char **argv)
 		free(o.cmdline);
 		return 2;
 	}
+	if (o.mode == KVB_MODE_REPLAY) {
+		ret = replay_prepare(&o, &tr);
+		if (ret)
+			goto out;
+	}
 	ret = probe(&o, &a);
 	if (ret)
 		goto out;
+	if (o.mode == KVB_MODE_REPLAY) {
+		ret = replay_analyse(&o, &a);
+		if (ret)
+			goto out;
+	}
 	if (o.json_path) {
 		json = fopen(o.json_path, "w");
 		if (!json) {
@@ -1574,7 +2890,7 @@ int main(int argc, char **argv)
 		ret = 1;
 		goto out;
 	}
-	ret = run_children(&o, ch);
+	ret = run_children(&o, ch, &a);
 	if (ret < 0) {
 		/* Nothing ran: no report, and no empty JSON file left. */
 		if (json) {
@@ -1590,13 +2906,19 @@ int main(int argc, char **argv)
 out:
 	if (json)
 		fclose(json);
+	if (a.mon)
+		kv_disconnect(a.mon);
 	for (unsigned i = 0; ch && i < o.procs; i++) {
-		free(ch[i].alloc);
-		free(ch[i].release);
+		for (int k = 0; k < KVB_NR_OPS; k++)
+			free(ch[i].samp[k]);
+		free(ch[i].spans);
 	}
 	free(ch);
-	free(a.alloc);
-	free(a.release);
+	for (int k = 0; k < KVB_NR_OPS; k++)
+		free(a.samp[k]);
+	kvb_trace_free(&tr);
+	if (o.sh)
+		munmap(o.sh, sizeof(*o.sh));
 	free(o.cmdline);
 	return ret;
 }

@@ -1,0 +1,148 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Trace replay: kvbench replays the first 2000 requests of the Mooncake
+# conversation trace over 4 engine processes. With a pool large enough
+# the prefix hit ratio is within 0.01 of kvbench's own infinite-cache
+# bound and kvd evicts nothing; with a small pool the ratio is lower and
+# kvd evicts. A short synthetic replay checks the token-hashing path the
+# same way. Exit 0 pass, 1 fail, 77 skip (no trace, no jq).
+# usage: sh tests/integration/trace_replay.sh BUILD_DIR
+BUILD=${1:-build}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TRACE=${TRACE_REPLAY_TRACE:-$ROOT/../shared/traces/mooncake/conversation_trace.jsonl}
+LIMIT=${TRACE_REPLAY_LIMIT:-2000}
+TOL=0.01
+# 256-byte blocks of 16 tokens: the 2000 requests commit ~1.25M blocks.
+GEOM="--layers 1 --kv-heads 1 --head-dim 4 --block-tokens 16"
+BIG_POOL=512M		# 2M blocks: room for every block, no eviction
+SMALL_POOL=16M		# 64k blocks: a few dozen long requests
+KVD_PID=
+DIR=
+
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
+
+fail() {
+	echo "FAIL: $*" >&2
+	if [ -n "$DIR" ] && [ -s "$DIR/kvd.log" ]; then
+		echo "--- kvd log:" >&2
+		tail -n 40 "$DIR/kvd.log" >&2
+	fi
+	exit 1
+}
+
+cleanup() {
+	if [ -n "$KVD_PID" ]; then
+		kill -TERM "$KVD_PID" 2>/dev/null
+		wait "$KVD_PID" 2>/dev/null
+	fi
+	[ -n "$DIR" ] && rm -rf "$DIR"
+}
+
+[ -f "$TRACE" ] || skip "no trace at $TRACE"
+command -v jq >/dev/null 2>&1 || skip "jq not installed"
+for bin in kvd kvbench; do
+	[ -x "$BUILD/$bin" ] || fail "$BUILD/$bin not built"
+done
+
+DIR=$(mktemp -d "${TMPDIR:-/tmp}/kvd-trace.XXXXXX") || exit 1
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start_kvd NAME POOL: kvd on $DIR/NAME.sock, up within 10 s.
+start_kvd() {
+	SOCK=$DIR/$1.sock
+	ADMIN=$DIR/$1-admin.sock
+	"$BUILD/kvd" --backend host --pool-size "$2" --socket "$SOCK" \
+		--admin-socket "$ADMIN" 2>>"$DIR/kvd.log" &
+	KVD_PID=$!
+	i=0
+	while [ ! -S "$ADMIN" ]; do
+		kill -0 "$KVD_PID" 2>/dev/null || { KVD_PID=; fail "kvd exited at start"; }
+		i=$((i + 1))
+		[ $i -le 100 ] || fail "kvd did not create $ADMIN within 10 s"
+		sleep 0.1
+	done
+}
+
+# The books must hold (kvctl check), then kvd stops cleanly.
+stop_kvd() {
+	if [ -x "$BUILD/kvctl" ] &&
+	   ! "$BUILD/kvctl" --admin-socket "$ADMIN" check >"$DIR/check.log" 2>&1; then
+		cat "$DIR/check.log" >&2
+		fail "kvctl check: kvd's books do not hold"
+	fi
+	kill -TERM "$KVD_PID"
+	wait "$KVD_PID"
+	rc=$?
+	KVD_PID=
+	[ $rc -eq 0 ] || fail "kvd exit status $rc"
+	[ ! -e "$SOCK" ] || fail "kvd left $SOCK behind"
+}
+
+# bench OUT ARGS...: kvbench --json OUT, quiet; fails the test if it fails.
+bench() {
+	out=$1
+	shift
+	echo "kvbench $*"
+	# shellcheck disable=SC2086 # GEOM is several words
+	if command -v timeout >/dev/null 2>&1; then
+		timeout -k 5 90 "$BUILD/kvbench" --socket "$SOCK" $GEOM -q \
+			--json "$out" "$@"
+	else
+		"$BUILD/kvbench" --socket "$SOCK" $GEOM -q --json "$out" "$@"
+	fi
+	rc=$?
+	[ $rc -eq 0 ] || fail "kvbench exit status $rc"
+	[ -s "$out" ] || fail "kvbench wrote no $out"
+}
+
+# show OUT: the figures, for the log.
+show() {
+	jq -r '.kvbench.results | "  hit ratio \(.hit_ratio_blocks) (blocks), \(.hit_ratio_tokens) (tokens); bound \(.bound_blocks), \(.bound_tokens); evictions \(.evictions), forced \(.forced), preempted \(.preempted), \(.requests_per_s) requests/s"' "$1"
+}
+
+# near OUT: ran fine, and the hit ratio is within TOL of the bound.
+near() {
+	jq -e --argjson tol "$TOL" --argjson n "$2" '
+		.kvbench.result == "ok" and
+		.kvbench.results.requests == $n and
+		.kvbench.results.stamp_errors == 0 and
+		((.kvbench.results.hit_ratio_blocks -
+		  .kvbench.results.bound_blocks) | . <= $tol and . >= -$tol) and
+		((.kvbench.results.hit_ratio_tokens -
+		  .kvbench.results.bound_tokens) | . <= $tol and . >= -$tol)
+	' "$1" >/dev/null
+}
+
+start_kvd big "$BIG_POOL"
+
+bench "$DIR/syn.json" --synthetic --limit 1000 -p 2 --model kvbench-syn
+show "$DIR/syn.json"
+near "$DIR/syn.json" 1000 || fail "synthetic: hit ratio not within $TOL of the bound"
+
+bench "$DIR/big.json" --trace "$TRACE" --limit "$LIMIT" -p 4
+show "$DIR/big.json"
+near "$DIR/big.json" "$LIMIT" ||
+	fail "pool $BIG_POOL: hit ratio not within $TOL of the infinite-cache bound"
+jq -e '.kvbench.results.evictions == 0' "$DIR/big.json" >/dev/null ||
+	fail "pool $BIG_POOL: kvd evicted blocks although the pool has room"
+stop_kvd
+
+start_kvd small "$SMALL_POOL"
+bench "$DIR/small.json" --trace "$TRACE" --limit "$LIMIT" -p 4
+show "$DIR/small.json"
+jq -e --slurpfile big "$DIR/big.json" '
+	.kvbench.result == "ok" and
+	.kvbench.results.stamp_errors == 0 and
+	.kvbench.results.evictions > 0 and
+	.kvbench.results.hit_ratio_blocks <
+		$big[0].kvbench.results.hit_ratio_blocks - 0.05
+' "$DIR/small.json" >/dev/null ||
+	fail "pool $SMALL_POOL: expected evictions and a hit ratio well below the large pool's"
+stop_kvd
+
+echo "PASS"
