@@ -47,6 +47,9 @@ static size_t fill_ns(struct kvd *d, void *buf)
 		r[n].id = ns->id;
 		r[n].nr_clients = ns->nr_clients;
 		memcpy(r[n].model_id, ns->model_id, sizeof(r[n].model_id));
+		memcpy(r[n].model_rev, ns->model_rev, sizeof(r[n].model_rev));
+		r[n].tenant = ns->tenant;
+		r[n].waste_ppm = kvd_ns_waste_ppm(ns);
 		r[n].geom = ns->geom;
 		r[n].block_bytes = ns->block_bytes;
 		r[n].slab_bytes = ns->slab_bytes;

@@ -175,16 +175,6 @@ static void refuse(struct kvd *d, struct kvd_client *c, int err,
 	kvd_client_kill(d, c, NULL);
 }
 
-static bool zeroed(const void *p, size_t n)
-{
-	const uint8_t *b = p;
-
-	for (size_t i = 0; i < n; i++)
-		if (b[i])
-			return false;
-	return true;
-}
-
 /* Check a HELLO: returns 0 or -errno with *why set. */
 static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
 		       const char **why)
@@ -198,7 +188,7 @@ static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
 		*why = "ABI major version mismatch";
 		return -EPROTO;
 	}
-	if (h->flags || h->resv0 || !zeroed(h->resv, sizeof(h->resv))) {
+	if (h->flags || h->resv0) {
 		*why = "HELLO flags or reserved fields not zero";
 		return -EINVAL;
 	}
@@ -218,6 +208,16 @@ static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
 	for (const char *p = h->model_id; *p; p++) {
 		if (*p < 0x21 || *p > 0x7e) {
 			*why = "model_id must be printable ASCII without spaces";
+			return -EINVAL;
+		}
+	}
+	if (!memchr(h->model_rev, 0, sizeof(h->model_rev))) {
+		*why = "model_rev must be NUL-terminated";
+		return -EINVAL;
+	}
+	for (const char *p = h->model_rev; *p; p++) {
+		if (*p < 0x21 || *p > 0x7e) {
+			*why = "model_rev must be printable ASCII without spaces";
 			return -EINVAL;
 		}
 	}
@@ -261,7 +261,8 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 	uint32_t i, tenant = c->uid;
 
 	for (i = 0; i < d->cfg.max_namespaces; i++) {
-		if (kvd_ns_match(&d->ns[i], h->model_id, &h->geom, tenant))
+		if (kvd_ns_match(&d->ns[i], h->model_id, h->model_rev, &h->geom,
+				 tenant))
 			return &d->ns[i];
 		if (!d->ns[i].live && !free_ns)
 			free_ns = &d->ns[i];
@@ -272,7 +273,7 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 	if (!free_ns)
 		return NULL;
 	*err = kvd_ns_init(free_ns, &d->pool, (uint32_t)(free_ns - d->ns),
-			   h->model_id, &h->geom, tenant,
+			   h->model_id, h->model_rev, &h->geom, tenant,
 			   tenant_seed(d, tenant));
 	if (*err)
 		return NULL;

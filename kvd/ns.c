@@ -44,8 +44,12 @@ int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		*why = "unknown KV dtype";
 		return -EINVAL;
 	}
-	if (g->quant || g->resv[0] || g->resv[1]) {
-		*why = "quantization scheme or reserved geometry field not zero";
+	if (g->quant) {
+		*why = "unknown quantization scheme";
+		return -EINVAL;
+	}
+	if (g->tp_rank >= (g->tp_size ? g->tp_size : 1) || g->tp_size > 1024) {
+		*why = "tp_rank must be below tp_size (at most 1024)";
 		return -EINVAL;
 	}
 	bb = kv_geometry_block_bytes(g);
@@ -64,12 +68,32 @@ int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 	return 0;
 }
 
+/* Everything that changes a block's bytes is part of the key. */
 bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
-		  const struct kv_geometry *g, uint32_t tenant)
+		  const char *model_rev, const struct kv_geometry *g,
+		  uint32_t tenant)
 {
 	return ns->live && ns->tenant == tenant &&
 	       !strcmp(ns->model_id, model_id) &&
+	       !strcmp(ns->model_rev, model_rev) &&
 	       !memcmp(&ns->geom, g, sizeof(*g));
+}
+
+/*
+ * Slab bytes that hold no block, per million, over the live slabs (or
+ * for one slab at pool offset 0 when there is none yet).
+ */
+uint32_t kvd_ns_waste_ppm(const struct kvd_ns *ns)
+{
+	uint64_t slab = ns->slab_bytes, used;
+
+	if (ns->nr_slabs) {
+		slab *= ns->nr_slabs;
+		used = (uint64_t)ns->nr_blocks * ns->block_bytes;
+	} else {
+		used = slab / ns->block_bytes * ns->block_bytes;
+	}
+	return (uint32_t)((slab - used) * 1000000 / slab);
 }
 
 static void ns_slab_geometry(struct kvd_ns *ns)
@@ -113,8 +137,8 @@ static int holds_init(struct kvd_holds *hs, uint32_t cap)
 }
 
 int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
-		const char *model_id, const struct kv_geometry *g,
-		uint32_t tenant, uint64_t seed)
+		const char *model_id, const char *model_rev,
+		const struct kv_geometry *g, uint32_t tenant, uint64_t seed)
 {
 	int ret;
 
@@ -125,6 +149,7 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	ns->pool = pool;
 	ns->geom = *g;
 	snprintf(ns->model_id, sizeof(ns->model_id), "%s", model_id);
+	snprintf(ns->model_rev, sizeof(ns->model_rev), "%s", model_rev);
 	ns->block_bytes = kv_geometry_block_bytes(g);
 	if (pool->bytes / ns->block_bytes > KVD_NS_MAX_BLOCKS)
 		return -E2BIG;

@@ -81,6 +81,7 @@ struct kvd_ns {
 	bool		live;
 	uint32_t	id;
 	char		model_id[KV_MODEL_ID_MAX];
+	char		model_rev[KV_MODEL_REV_MAX];
 	struct kv_geometry geom;
 	uint64_t	block_bytes;
 	uint64_t	slab_bytes;
@@ -118,11 +119,13 @@ struct kvd_ns {
 int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		       const char **why);
 int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
-		const char *model_id, const struct kv_geometry *g,
-		uint32_t tenant, uint64_t seed);
+		const char *model_id, const char *model_rev,
+		const struct kv_geometry *g, uint32_t tenant, uint64_t seed);
 void kvd_ns_exit(struct kvd_ns *ns);
 bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
-		  const struct kv_geometry *g, uint32_t tenant);
+		  const char *model_rev, const struct kv_geometry *g,
+		  uint32_t tenant);
+uint32_t kvd_ns_waste_ppm(const struct kvd_ns *ns);
 
 void kvd_holder_init(struct kvd_holder *h, uint32_t slot);
 int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *h, uint32_t *ids,

@@ -72,6 +72,8 @@ static int send_hello(int fd, const struct kv_connect_params *p)
 	h.sq_entries = p->sq_entries ? p->sq_entries : KV_DEFAULT_SQ_ENTRIES;
 	h.data_bytes = p->data_bytes ? p->data_bytes : KV_DEFAULT_DATA_BYTES;
 	memcpy(h.model_id, p->model_id, strlen(p->model_id));
+	if (p->model_rev)
+		memcpy(h.model_rev, p->model_rev, strlen(p->model_rev));
 	h.geom = p->geom;
 	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
 		return -errno;
@@ -163,6 +165,8 @@ static int check_params(const struct kv_connect_params *p)
 		return -EINVAL;
 	len = strlen(p->model_id);
 	if (!len || len >= KV_MODEL_ID_MAX)
+		return -EINVAL;
+	if (p->model_rev && strlen(p->model_rev) >= KV_MODEL_REV_MAX)
 		return -EINVAL;
 	if (p->sq_entries && (p->sq_entries & (p->sq_entries - 1) ||
 			      p->sq_entries > KV_MAX_SQ_ENTRIES))

@@ -131,11 +131,13 @@ static void emit_pool(struct kv_emit *e, const struct kv_admin_status *st)
 }
 
 static const struct kv_emit_col ns_cols[] = {
-	{ "id", "NS", 3 }, { "model", "MODEL", -20 },
+	{ "id", "NS", 3 }, { "tenant", "TENANT", 6 }, { "model", "MODEL", -20 },
+	{ "rev", "REV", -8 }, { "tp", "TP", 5 },
 	{ "layers", "LAYERS", 6 }, { "kv_heads", "KVH", 4 },
 	{ "head_dim", "HDIM", 5 }, { "block_tokens", "TOK", 4 },
 	{ "dtype", "DTYPE", 8 }, { "block_bytes", "BLOCK_B", 9 },
-	{ "slab_pages", "SLAB_PG", 7 }, { "slabs", "SLABS", 6 },
+	{ "slab_pages", "SLAB_PG", 7 }, { "waste_pct", "WASTE%", 6 },
+	{ "slabs", "SLABS", 6 },
 	{ "blocks", "BLOCKS", 7 }, { "blocks_used", "USED", 7 },
 	{ "blocks_free", "FREE", 7 }, { "max_blocks", "MAX", 8 },
 	{ "clients", "CLIENTS", 7 },
@@ -149,10 +151,19 @@ static void emit_status(struct kv_emit *e, const struct kv_admin_status *st,
 	for (uint32_t i = 0; i < st->nr_records; i++) {
 		char model[KV_MODEL_ID_MAX];
 
+		char raw[KV_MODEL_ID_MAX] = "", rev[KV_MODEL_ID_MAX], tp[24];
+
 		printable(model, ns[i].model_id);
+		memcpy(raw, ns[i].model_rev, sizeof(ns[i].model_rev));
+		printable(rev, raw);
+		snprintf(tp, sizeof(tp), "%u/%u", ns[i].geom.tp_rank,
+			 ns[i].geom.tp_size ? ns[i].geom.tp_size : 1);
 		kv_emit_row_begin(e);
 		kv_emit_cell_u64(e, ns[i].id);
+		kv_emit_cell_u64(e, ns[i].tenant);
 		kv_emit_cell_str(e, model);
+		kv_emit_cell_str(e, rev[0] ? rev : "-");
+		kv_emit_cell_str(e, tp);
 		kv_emit_cell_u64(e, ns[i].geom.layers);
 		kv_emit_cell_u64(e, ns[i].geom.kv_heads);
 		kv_emit_cell_u64(e, ns[i].geom.head_dim);
@@ -160,6 +171,7 @@ static void emit_status(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_cell_str(e, dtype_name(ns[i].geom.dtype));
 		kv_emit_cell_u64(e, ns[i].block_bytes);
 		kv_emit_cell_u64(e, ns[i].slab_pages);
+		kv_emit_cell_f64(e, ns[i].waste_ppm / 1e4);
 		kv_emit_cell_u64(e, ns[i].nr_slabs);
 		kv_emit_cell_u64(e, ns[i].blocks);
 		kv_emit_cell_u64(e, ns[i].blocks_used);

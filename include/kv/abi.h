@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 #define KV_ABI_MAJOR		1
-#define KV_ABI_MINOR		1	/* 1: LOOKUP, ALLOC_PREFIX, COMMIT */
+#define KV_ABI_MINOR		2	/* 1: LOOKUP, ALLOC_PREFIX, COMMIT; 2: tp, rev */
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -27,6 +27,7 @@
 
 #define KV_MODEL_ID_MAX		64	/* bytes, NUL included */
 #define KV_ERRMSG_MAX		128	/* bytes, NUL included */
+#define KV_MODEL_REV_MAX	32	/* bytes, NUL included */
 
 /* Control message types (SOCK_SEQPACKET, one struct per datagram). */
 enum {
@@ -50,6 +51,8 @@ enum kv_dtype {
  * Model geometry: what decides a block's size and layout. Inside a block
  * bytes are laid out [layer][K|V][kv_head][slot][head_dim] (DESIGN.md), so
  *   block_bytes = layers * 2 * kv_heads * block_tokens * head_dim * dtype size.
+ * Everything here is part of the namespace key, tensor-parallel rank and
+ * world size included: two shards with equal shapes never share blocks.
  * Limits (kvd answers -EINVAL beyond them): every count >= 1, layers,
  * kv_heads <= 1024, head_dim <= 1024, block_tokens <= 1024, block_bytes a
  * multiple of 256 (aligned vector loads) and at most 1 GiB.
@@ -61,7 +64,8 @@ struct kv_geometry {
 	__u32	block_tokens;
 	__u32	dtype;		/* enum kv_dtype */
 	__u32	quant;		/* quantization scheme; 0 = none (only value yet) */
-	__u32	resv[2];	/* must be zero */
+	__u32	tp_rank;	/* tensor-parallel shard: 0..tp_size-1 */
+	__u32	tp_size;	/* 0 or 1: not sharded */
 };
 
 /*
@@ -80,7 +84,7 @@ struct kv_hello {
 	__u32	resv0;
 	char	model_id[KV_MODEL_ID_MAX];	/* NUL-terminated, non-empty */
 	struct kv_geometry geom;
-	__u64	resv[4];	/* must be zero */
+	char	model_rev[KV_MODEL_REV_MAX];	/* revision, "" for none */
 };
 
 #define KV_MAX_SQ_ENTRIES	4096
@@ -292,6 +296,9 @@ struct kv_admin_ns {
 	__u32	id;
 	__u32	nr_clients;
 	char	model_id[KV_MODEL_ID_MAX];
+	char	model_rev[KV_MODEL_REV_MAX];
+	__u32	tenant;
+	__u32	waste_ppm;	/* slab bytes no block uses, per million */
 	struct kv_geometry geom;
 	__u64	block_bytes;
 	__u64	slab_bytes;

@@ -38,6 +38,7 @@ struct kv_connect_params {
 	const char	*socket_path;	/* NULL: $KVD_SOCKET, else /run/kvd/kvd.sock
 					 * for root, $XDG_RUNTIME_DIR/kvd.sock otherwise */
 	const char	*model_id;	/* required, 1..63 bytes */
+	const char	*model_rev;	/* NULL or a revision, 0..31 bytes */
 	struct kv_geometry geom;	/* required */
 	unsigned	sq_entries;	/* 0: 256; power of two up to 4096 */
 	unsigned	data_bytes;	/* 0: 256 KiB; multiple of 4096, up to 16 MiB */

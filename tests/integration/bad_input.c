@@ -239,9 +239,18 @@ static void bad_hellos(void)
 	T_EQ(raw_hello(&h, sizeof(h), msg), -EINVAL);
 	T_ASSERT(strstr(msg, "dtype"));
 	h.geom = t_geom();
-	h.resv[2] = 1;
+	memset(h.model_rev, 'r', sizeof(h.model_rev));		/* no NUL */
 	T_EQ(raw_hello(&h, sizeof(h), NULL), -EINVAL);
-	h.resv[2] = 0;
+	memset(h.model_rev, 0, sizeof(h.model_rev));
+	h.flags = 1;
+	T_EQ(raw_hello(&h, sizeof(h), NULL), -EINVAL);
+	h.flags = 0;
+	h.geom.tp_size = 2;
+	h.geom.tp_rank = 2;					/* rank >= size */
+	T_EQ(raw_hello(&h, sizeof(h), msg), -EINVAL);
+	T_ASSERT(strstr(msg, "tp_rank"));
+	h.geom.tp_rank = 0;
+	h.geom.tp_size = 0;
 	h.geom.layers = 100000;
 	T_EQ(raw_hello(&h, sizeof(h), NULL), -EINVAL);
 	h.geom = t_geom();

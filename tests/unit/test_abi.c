@@ -66,7 +66,7 @@ static void test_abi_hello_welcome_offsets(void **state)
 	assert_int_equal(offsetof(struct kv_hello, sq_entries), 16);
 	assert_int_equal(offsetof(struct kv_hello, model_id), 32);
 	assert_int_equal(offsetof(struct kv_hello, geom), 96);
-	assert_int_equal(offsetof(struct kv_hello, resv), 128);
+	assert_int_equal(offsetof(struct kv_hello, model_rev), 128);
 	assert_int_equal(offsetof(struct kv_welcome, pool_bytes), 32);
 	assert_int_equal(offsetof(struct kv_welcome, ring) % 8, 0);
 	assert_int_equal(offsetof(struct kv_welcome, ring), 72);

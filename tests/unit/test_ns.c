@@ -32,6 +32,7 @@
 #define __kvd_block_free	t___kvd_block_free
 #define __kvd_ns_alloc_ids	t___kvd_ns_alloc_ids
 #define __kvd_hold_live		t_hold_is_live
+#define kvd_ns_waste_ppm	t_kvd_ns_waste_ppm
 #include "ns.c"
 
 #define MIB		(1ULL << 20)
@@ -80,7 +81,7 @@ static int ctx_teardown(void **state)
 static void ns_up(struct ctx *t, uint32_t pages, const struct kv_geometry *g)
 {
 	assert_int_equal(kvd_pool_init(&t->pool, pages), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "model", g, 0, 1), 0);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "model", "", g, 0, 1), 0);
 }
 
 /* What a prefix hit will do: @to takes one more ref on held block @id. */
@@ -159,10 +160,14 @@ static void test_ns_geometry_check_errors(void **state)
 	g.quant = 1;
 	expect_bad(&g, pool, -EINVAL);
 	g = g_2m;
-	g.resv[0] = 1;
+	g.tp_rank = 1;				/* rank 1 of an unsharded model */
 	expect_bad(&g, pool, -EINVAL);
 	g = g_2m;
-	g.resv[1] = 0x80000000U;
+	g.tp_size = 4;
+	g.tp_rank = 4;
+	expect_bad(&g, pool, -EINVAL);
+	g.tp_size = 2000;
+	g.tp_rank = 0;
 	expect_bad(&g, pool, -EINVAL);
 	/* 1 * 2 * 1 * 1 * 1 * 2 = 4 bytes: not a multiple of 256. */
 	g = (struct kv_geometry)GEOM(1, 1, 1, 1, KV_DTYPE_FP16);
@@ -253,7 +258,7 @@ static void test_ns_init_too_big(void **state)
 
 	/* A 10 MiB slab cannot come out of a 4-page pool. */
 	assert_int_equal(kvd_pool_init(&t->pool, 4), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g_5m, 0, 1), -E2BIG);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g_5m, 0, 1), -E2BIG);
 	assert_false(t->ns.live);
 }
 
@@ -303,7 +308,7 @@ static void test_ns_odd_geometry_any_start(void **state)
 		if (first)
 			assert_int_equal(kvd_pool_alloc_run(&t->pool, first, 1),
 					 0);
-		assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g_odd, 0, 1),
+		assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g_odd, 0, 1),
 				 0);
 		assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], &id, 1), 1);
 		sl = &t->ns.slabs[t->ns.blocks[id].slab];
@@ -324,11 +329,15 @@ static void test_ns_match(void **state)
 	struct kv_geometry g = g_2m;
 
 	ns_up(t, 4, &g_2m);
-	assert_true(kvd_ns_match(&t->ns, "model", &g_2m, 0));
-	assert_false(kvd_ns_match(&t->ns, "model2", &g_2m, 0));
+	assert_true(kvd_ns_match(&t->ns, "model", "", &g_2m, 0));
+	assert_false(kvd_ns_match(&t->ns, "model2", "", &g_2m, 0));
 	g.block_tokens = 32;
-	assert_false(kvd_ns_match(&t->ns, "model", &g, 0));
-	assert_false(kvd_ns_match(&t->ns, "model", &g_2m, 1));	/* tenant */
+	assert_false(kvd_ns_match(&t->ns, "model", "", &g, 0));
+	assert_false(kvd_ns_match(&t->ns, "model", "", &g_2m, 1));	/* tenant */
+	assert_false(kvd_ns_match(&t->ns, "model", "v2", &g_2m, 0));	/* revision */
+	g = g_2m;
+	g.tp_size = 2;				/* a tensor-parallel shard */
+	assert_false(kvd_ns_match(&t->ns, "model", "", &g, 0));
 }
 
 /* ---- alloc ---- */

@@ -36,7 +36,7 @@ static struct ctx *ctx_new(uint32_t pages)
 
 	assert_non_null(t);
 	assert_int_equal(kvd_pool_init(&t->pool, pages), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", &g1m, 7, 42), 0);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g1m, 7, 42), 0);
 	for (int i = 0; i < NR_HOLDERS; i++)
 		kvd_holder_init(&t->h[i], (uint32_t)i);
 	return t;

@@ -50,7 +50,7 @@ static int ctx_setup(void **state)
 	t->c.cq_evfd = -1;
 	if (kvd_pool_init(&t->d.pool, POOL_PAGES))
 		return -1;
-	if (kvd_ns_init(&t->ns, &t->d.pool, 0, "model", &geom, 0, 1))
+	if (kvd_ns_init(&t->ns, &t->d.pool, 0, "model", "", &geom, 0, 1))
 		return -1;
 	t->d.ns = &t->ns;
 	t->d.nr_ns = 1;
