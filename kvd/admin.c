@@ -30,6 +30,7 @@ void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st)
 	st->nr_namespaces = d->nr_ns;
 	st->uptime_ms = (kvd_now_ns() - d->start_ns) / 1000000;
 	st->ops = d->ops;
+	st->reclaims = d->pool.reclaims;
 }
 
 static size_t fill_ns(struct kvd *d, void *buf)
@@ -57,8 +58,13 @@ static size_t fill_ns(struct kvd *d, void *buf)
 		r[n].nr_slabs = ns->nr_slabs;
 		r[n].blocks = ns->nr_blocks;
 		r[n].blocks_used = ns->blocks_used;
-		r[n].blocks_free = ns->nr_blocks - ns->blocks_used;
+		r[n].blocks_free = ns->nr_blocks - ns->blocks_used -
+				   ns->cached_blocks;
 		r[n].max_blocks = ns->max_blocks;
+		r[n].pages = ns->acct.pages;
+		r[n].min_pages = ns->acct.min_pages;
+		r[n].max_pages = ns->acct.max_pages;
+		r[n].cached_blocks = ns->cached_blocks;
 		n++;
 	}
 	return n;
@@ -145,6 +151,31 @@ static size_t fill_check(struct kvd *d, void *buf)
 	return n;
 }
 
+static size_t fill_tenants(struct kvd *d, void *buf)
+{
+	struct kv_admin_tenant *r = buf;
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++) {
+		const struct kvd_tenant *t = &d->tenants[i];
+
+		if (!t->live)
+			continue;
+		memset(&r[n], 0, sizeof(r[n]));
+		r[n].id = t->id;
+		r[n].configured = t->configured;
+		r[n].in_conf = t->configured ? t->in_conf : 1;
+		r[n].uid = t->uid;
+		memcpy(r[n].name, t->name, sizeof(r[n].name));
+		r[n].nr_clients = t->nr_clients;
+		r[n].pages = t->acct.pages;
+		r[n].min_pages = t->acct.min_pages;
+		r[n].max_pages = t->acct.max_pages;
+		n++;
+	}
+	return n;
+}
+
 static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 {
 	size_t max = KV_ADMIN_REPLY_MAX;
@@ -171,6 +202,15 @@ static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 		n = fill_prefix(d, buf + sizeof(*st),
 				a->req.cmd == KV_ADMIN_EVICT, a->req.arg[0]);
 		rec = sizeof(struct kv_admin_prefix);
+	} else if (a->req.cmd == KV_ADMIN_TENANTS) {
+		n = fill_tenants(d, buf + sizeof(*st));
+		rec = sizeof(struct kv_admin_tenant);
+	} else if (a->req.cmd == KV_ADMIN_RELOAD) {
+		struct kv_admin_msg *m = (void *)(buf + sizeof(*st));
+
+		st->status = kvd_reload(d, m->text, sizeof(m->text));
+		n = 1;
+		rec = sizeof(*m);
 	} else if (a->req.cmd == KV_ADMIN_CHECK) {
 		n = fill_check(d, buf + sizeof(*st));
 		rec = sizeof(struct kv_admin_check);
@@ -197,10 +237,44 @@ static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 	free(buf);
 }
 
+/*
+ * The admin socket's mode already keeps others out; check the peer too:
+ * root, kvd's own uid, or a member of the admin group.
+ */
+static bool admin_allowed(struct kvd *d, int fd)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	gid_t g[64];
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len))
+		return false;
+	if (cr.uid == 0 || cr.uid == geteuid())
+		return true;
+	if (!d->conf.has_admin_group)
+		return false;
+	if (cr.gid == d->conf.admin_gid)
+		return true;
+	len = sizeof(g);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len))
+		return false;
+	for (uint32_t i = 0; i < len / sizeof(g[0]); i++)
+		if (g[i] == d->conf.admin_gid)
+			return true;
+	return false;
+}
+
 void kvd_admin_accept(struct kvd *d, int fd)
 {
 	struct io_uring_sqe *sqe;
 	uint32_t i;
+
+	if (!admin_allowed(d, fd)) {
+		if (kvd_ratelimit(&d->rl_kill))
+			kvd_warn("admin: refused a peer that is not root, kvd's user or in the admin group");
+		close(fd);
+		return;
+	}
 
 	for (i = 0; i < KVD_MAX_ADMIN; i++)
 		if (d->adm[i].fd < 0)

@@ -105,6 +105,19 @@ static void refuse_full(struct kvd *d, int fd)
 	close(fd);
 }
 
+/* The peer's supplementary groups, for tenants given by group. */
+static void peer_groups(struct kvd_client *c, int fd)
+{
+	gid_t g[ARRAY_SIZE(c->groups)];
+	socklen_t len = sizeof(g);
+
+	c->nr_groups = 0;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, g, &len))
+		return;		/* too many groups, or old kernel: uid/gid only */
+	for (uint32_t i = 0; i < len / sizeof(g[0]); i++)
+		c->groups[c->nr_groups++] = g[i];
+}
+
 void kvd_client_accept(struct kvd *d, int fd)
 {
 	struct kvd_client *c = slot_get(d);
@@ -128,6 +141,8 @@ void kvd_client_accept(struct kvd *d, int fd)
 	c->pid = cred.pid;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
+	c->tenant = -1;
+	peer_groups(c, fd);
 	c->t_accept_ns = kvd_now_ns();
 	c->ns = NULL;
 	c->ops = 0;
@@ -225,16 +240,6 @@ static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
 }
 
 /*
- * Until tenants are configured, each uid is its own tenant; its secret
- * is derived from the daemon's random secret, so keys differ per tenant
- * and per daemon start.
- */
-static uint64_t tenant_seed(const struct kvd *d, uint32_t tenant)
-{
-	return XXH3_64bits_withSeed(&tenant, sizeof(tenant), d->secret);
-}
-
-/*
  * No namespace slot left: one without clients and without blocks in use
  * keeps only cached blocks; drop them and reuse its slot.
  */
@@ -258,7 +263,8 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 			     const struct kv_hello *h, int *err)
 {
 	struct kvd_ns *free_ns = NULL;
-	uint32_t i, tenant = c->uid;
+	const struct kvd_quota_conf *q;
+	uint32_t i, tenant = (uint32_t)c->tenant;
 
 	for (i = 0; i < d->cfg.max_namespaces; i++) {
 		if (kvd_ns_match(&d->ns[i], h->model_id, h->model_rev, &h->geom,
@@ -274,9 +280,15 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 		return NULL;
 	*err = kvd_ns_init(free_ns, &d->pool, (uint32_t)(free_ns - d->ns),
 			   h->model_id, h->model_rev, &h->geom, tenant,
-			   tenant_seed(d, tenant));
+			   d->tenants[tenant].seed);
 	if (*err)
 		return NULL;
+	free_ns->tacct = &d->tenants[tenant].acct;
+	q = kvd_conf_quota(&d->conf, d->tenants[tenant].name, h->model_id);
+	if (q) {
+		free_ns->acct.min_pages = q->min_pages;
+		free_ns->acct.max_pages = q->max_pages;
+	}
 	d->nr_ns++;
 	kvd_info("namespace %u: model %s, %llu-byte blocks, %u-page slabs",
 		 free_ns->id, free_ns->model_id,
@@ -306,6 +318,14 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	char msg[KV_ERRMSG_MAX];
 
 	err = hello_check(d, h, len, &why);
+	if (!err) {
+		err = kvd_tenant_of(d, c->uid, c->gid, c->groups, c->nr_groups,
+				    &why);
+		if (err >= 0) {
+			c->tenant = err;
+			err = 0;
+		}
+	}
 	if (!err && d->nr_clients >= d->cfg.max_clients) {
 		snprintf(msg, sizeof(msg), "all %u client slots in use",
 			 d->cfg.max_clients);
@@ -354,6 +374,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	c->state = KVD_CLIENT_LIVE;
 	d->nr_pending--;
 	d->nr_clients++;
+	d->tenants[c->tenant].nr_clients++;
 	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u", c->id,
 		 (int)c->pid, (unsigned)c->uid, c->ns->model_id, c->ns->id,
 		 c->sq_entries);
@@ -432,10 +453,12 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 	shutdown(c->sock, SHUT_RDWR);
 	close(c->sock);
 	c->sock = -1;
-	if (c->state == KVD_CLIENT_LIVE)
+	if (c->state == KVD_CLIENT_LIVE) {
 		d->nr_clients--;
-	else
+		d->tenants[c->tenant].nr_clients--;
+	} else {
 		d->nr_pending--;
+	}
 	c->state = KVD_CLIENT_DEAD;
 	if (c->inflight == 0)
 		client_free(c);

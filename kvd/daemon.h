@@ -11,11 +11,29 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "config.h"
 #include "kvd.h"
 #include "ns.h"
 #include "pool.h"
 
+#define KVD_MAX_TENANTS	256
+
+struct kvd_tenant {
+	bool		live;
+	bool		configured;	/* from kvd.conf; else one per uid */
+	bool		in_conf;	/* still in the file (admits clients) */
+	uint32_t	id;		/* index in d->tenants */
+	uint32_t	uid;		/* the uid of a per-uid tenant */
+	char		name[KVD_CONF_NAME_MAX];
+	uint64_t	seed;		/* mixed into its cache keys */
+	struct kvd_acct	acct;		/* pages of all its namespaces */
+	uint32_t	nr_clients;
+};
+
 struct kvd_config {
+	const char	*conf_path;	/* NULL: KVD_CONF_PATH if it exists */
+	const char	*user;		/* --user: drop privileges to it */
+	bool		set[16];	/* given on the command line (CFG_*) */
 	const char	*socket_path;
 	const char	*admin_path;
 	uint64_t	pool_bytes;
@@ -47,6 +65,9 @@ struct kvd_client {
 	pid_t		pid;
 	uid_t		uid;
 	gid_t		gid;
+	uint32_t	groups[32];	/* SO_PEERGROUPS, for tenant lookup */
+	uint32_t	nr_groups;
+	int		tenant;		/* index, -1 before HELLO */
 	uint64_t	t_accept_ns;
 
 	/* ring mapping, daemon side */
@@ -93,6 +114,9 @@ struct kvd_admin_conn {
 
 struct kvd {
 	struct kvd_config cfg;
+	struct kvd_conf	conf;		/* kvd.conf as last loaded (may be empty) */
+	char		*conf_path;	/* the file read, NULL if none */
+	struct kvd_tenant tenants[KVD_MAX_TENANTS];
 	struct io_uring	ring;
 	struct kvd_pool	pool;
 	int		pool_fd;
@@ -165,6 +189,14 @@ void kvd_ring_wake(struct kvd_client *c);
 /* opdef.c */
 int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 		 const struct kv_sqe *sqe);
+
+/* tenant.c */
+void kvd_tenants_apply(struct kvd *d);
+int kvd_tenant_of(struct kvd *d, uint32_t uid, uint32_t gid,
+		  const uint32_t *groups, uint32_t nr_groups, const char **why);
+
+/* main.c */
+int kvd_reload(struct kvd *d, char *msg, size_t len);
 
 /* admin.c */
 void kvd_admin_accept(struct kvd *d, int fd);

@@ -95,6 +95,11 @@ static void on_signal(struct kvd *d, int res)
 			d->stop = true;
 			return;
 		}
+		if (si->ssi_signo == SIGHUP) {
+			char msg[256];
+
+			kvd_reload(d, msg, sizeof(msg));
+		}
 	}
 	arm_signal(d);
 }

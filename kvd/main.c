@@ -13,6 +13,9 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <grp.h>
+#include <pwd.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <linux/memfd.h>
 #include <sys/signalfd.h>
@@ -37,6 +40,9 @@ static void usage(FILE *f)
 "  -s, --socket PATH      client socket (default $KVD_SOCKET, else\n"
 "                         /run/kvd/kvd.sock as root, $XDG_RUNTIME_DIR/kvd.sock)\n"
 "  -a, --admin-socket P   admin socket (default kvd-admin.sock beside it)\n"
+"  -c, --config FILE      configuration (default /etc/kvd/kvd.conf if it exists);\n"
+"                         options given here override the file\n"
+"  -u, --user USER        drop privileges to USER after set-up (as root)\n"
 "      --max-clients N    client slots (default 256)\n"
 "      --max-namespaces N namespace slots (default 64)\n"
 "      --hugepages        back the host pool with 2 MiB huge pages\n"
@@ -120,6 +126,8 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 		{ "pool-size", required_argument, NULL, 'p' },
 		{ "socket", required_argument, NULL, 's' },
 		{ "admin-socket", required_argument, NULL, 'a' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "user", required_argument, NULL, 'u' },
 		{ "max-clients", required_argument, NULL, 'C' },
 		{ "max-namespaces", required_argument, NULL, 'N' },
 		{ "hugepages", no_argument, NULL, 'H' },
@@ -132,7 +140,7 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 	int64_t sz;
 	int o;
 
-	while ((o = getopt_long(argc, argv, "b:p:s:a:vqVh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "b:p:s:a:c:u:vqVh", opts, NULL)) != -1) {
 		switch (o) {
 		case 'b':
 			if (!strcmp(optarg, "host") || !strcmp(optarg, "auto")) {
@@ -158,6 +166,12 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 			break;
 		case 'a':
 			cfg->admin_path = optarg;
+			break;
+		case 'c':
+			cfg->conf_path = optarg;
+			break;
+		case 'u':
+			cfg->user = optarg;
 			break;
 		case 'C':
 			if (parse_u32(optarg, 1, KV_ADMIN_MAX_RECORDS, &cfg->max_clients)) {
@@ -350,6 +364,8 @@ static int books_init(struct kvd *d)
 	}
 	for (int i = 0; i < KVD_MAX_ADMIN; i++)
 		d->adm[i].fd = -1;
+	d->pool.ns = d->ns;
+	d->pool.nr_ns = d->cfg.max_namespaces;
 	return 0;
 }
 
@@ -370,6 +386,126 @@ static void shutdown_all(struct kvd *d)
 			kvd_ns_exit(&d->ns[i]);
 }
 
+/*
+ * kvd.conf, then the command line on top of it, then defaults. A missing
+ * default file is fine (no tenants: one per uid); a missing --config
+ * file, or any error in a file, is not.
+ */
+static int load_conf(struct kvd *d)
+{
+	const char *path = d->cfg.conf_path ? d->cfg.conf_path : KVD_CONF_PATH;
+	char err[256];
+	int ret = kvd_conf_load(path, &d->conf, err, sizeof(err));
+
+	if (ret == -ENOENT && !d->cfg.conf_path)
+		return 0;
+	if (ret) {
+		fprintf(stderr, "kvd: %s\n", err[0] ? err : strerror(-ret));
+		return -1;
+	}
+	d->conf_path = strdup(path);
+	return d->conf_path ? 0 : -1;
+}
+
+static void merge_conf(struct kvd *d)
+{
+	struct kvd_config *cfg = &d->cfg;
+	const struct kvd_conf *f = &d->conf;
+
+	if (!cfg->pool_bytes)
+		cfg->pool_bytes = f->has_pool_bytes ? f->pool_bytes : 1ULL << 30;
+	if (!cfg->backend && f->has_backend && f->backend == KV_BACKEND_CUDA)
+		cfg->backend = KV_BACKEND_CUDA;
+	if (!cfg->backend)
+		cfg->backend = KV_BACKEND_HOST;
+	if (!cfg->socket_path && f->has_socket)
+		cfg->socket_path = f->socket;
+	if (!cfg->admin_path && f->has_admin_socket)
+		cfg->admin_path = f->admin_socket;
+	if (!cfg->max_clients)
+		cfg->max_clients = f->has_max_clients ? f->max_clients : 256;
+	if (!cfg->max_namespaces)
+		cfg->max_namespaces = f->has_max_namespaces ?
+				      f->max_namespaces : 64;
+	cfg->hugepages |= f->has_hugepages && f->hugepages;
+}
+
+/* --user NAME|UID, else kvd.conf's user: whom to become after set-up. */
+static int resolve_user(struct kvd *d, uid_t *uid, gid_t *gid)
+{
+	struct passwd pw, *res = NULL;
+	char buf[4096], *end;
+	unsigned long v;
+
+	if (!d->cfg.user) {
+		*uid = d->conf.user_uid;
+		*gid = d->conf.user_gid;
+		return d->conf.has_user ? 1 : 0;
+	}
+	v = strtoul(d->cfg.user, &end, 10);
+	if (*d->cfg.user && !*end)
+		getpwuid_r((uid_t)v, &pw, buf, sizeof(buf), &res);
+	else
+		getpwnam_r(d->cfg.user, &pw, buf, sizeof(buf), &res);
+	if (!res) {
+		kvd_err("--user: no such user '%s'", d->cfg.user);
+		return -1;
+	}
+	*uid = pw.pw_uid;
+	*gid = pw.pw_gid;
+	return 1;
+}
+
+/*
+ * As root: become the configured user, keeping nothing else. Sockets,
+ * pool and io_uring already exist; nothing after needs privilege.
+ */
+static int drop_privileges(struct kvd *d)
+{
+	uid_t uid;
+	gid_t gid;
+	int ret = resolve_user(d, &uid, &gid);
+
+	if (ret <= 0)
+		return ret;
+	if (geteuid() != 0) {
+		kvd_warn("not root: staying uid %u", (unsigned)geteuid());
+		return 0;
+	}
+	if (setgroups(0, NULL) || setresgid(gid, gid, gid) ||
+	    setresuid(uid, uid, uid)) {
+		kvd_err("cannot drop privileges to uid %u: %m", (unsigned)uid);
+		return -1;
+	}
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		kvd_warn("PR_SET_NO_NEW_PRIVS: %m");
+	if (setuid(0) == 0) {
+		kvd_err("privileges could be regained after dropping them");
+		return -1;
+	}
+	kvd_info("running as uid %u gid %u", (unsigned)uid, (unsigned)gid);
+	return 0;
+}
+
+/* Socket modes and the admin socket's group, from kvd.conf. */
+static int socket_access(struct kvd *d, const char *sock, const char *admin)
+{
+	mode_t smode = d->conf.has_socket_mode ? d->conf.socket_mode : 0666;
+	mode_t amode = d->conf.has_admin_socket_mode ?
+		       d->conf.admin_socket_mode : 0660;
+
+	if (chmod(sock, smode) || chmod(admin, amode)) {
+		kvd_err("chmod sockets: %m");
+		return -1;
+	}
+	if (d->conf.has_admin_group &&
+	    chown(admin, (uid_t)-1, d->conf.admin_gid)) {
+		kvd_err("chown %s to gid %u: %m", admin, d->conf.admin_gid);
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static struct kvd kvd;
@@ -378,20 +514,21 @@ int main(int argc, char **argv)
 	const char *env;
 	int ret = 1;
 
-	d->cfg.pool_bytes = 1ULL << 30;
-	d->cfg.backend = KV_BACKEND_HOST;
-	d->cfg.max_clients = 256;
-	d->cfg.max_namespaces = 64;
 	d->cfg.sq_budget = 64;
 	d->cfg.hello_timeout_ms = 5000;
 	d->pool_fd = d->listen_fd = d->admin_fd = d->signal_fd = -1;
 	d->lock_fds[0] = d->lock_fds[1] = -1;
 	if (parse_args(&d->cfg, argc, argv))
 		return 2;
+	if (load_conf(d))
+		return 2;
+	merge_conf(d);
+	if (d->conf_path)
+		kvd_info("configuration %s: %u tenants", d->conf_path,
+			 d->conf.nr_tenants);
 
 	sock_path = d->cfg.socket_path ? strdup(d->cfg.socket_path) :
-		    default_path("KVD_SOCKET", "kvd.sock");
-	if (!sock_path) {
+		    default_path("KVD_SOCKET", "kvd.sock");	if (!sock_path) {
 		kvd_err("no socket path: pass --socket or set XDG_RUNTIME_DIR");
 		return 2;
 	}
@@ -426,6 +563,7 @@ int main(int argc, char **argv)
 		kvd_err("out of memory sizing the books");
 		goto out;
 	}
+	kvd_tenants_apply(d);
 	d->pool_fd = host_pool_create(&d->cfg, d->cfg.pool_bytes, &d->pool_map);
 	if (d->pool_fd < 0)
 		goto out;
@@ -442,12 +580,17 @@ int main(int argc, char **argv)
 	if (d->admin_fd < 0)
 		goto out;
 	d->admin_bound = true;
+	if (socket_access(d, sock_path, admin_path))
+		goto out;
 	ret = kvd_loop_init(d);
 	if (ret) {
 		kvd_err("io_uring set-up failed: %s", strerror(-ret));
 		ret = 1;
 		goto out;
 	}
+	ret = 1;
+	if (drop_privileges(d))
+		goto out;
 	d->start_ns = kvd_now_ns();
 	kvd_info("kvd %s: host pool of %llu MiB (%u pages), socket %s, admin %s",
 		 KV_VERSION, (unsigned long long)(d->cfg.pool_bytes >> 20),
@@ -464,5 +607,7 @@ out:
 		munmap(d->pool_map, d->cfg.pool_bytes);
 	free(sock_path);
 	free(admin_path);
+	kvd_conf_free(&d->conf);
+	free(d->conf_path);
 	return ret;
 }

@@ -220,6 +220,19 @@ static void partial_del(struct kvd_ns *ns, uint32_t s)
 		ns->slabs[slab->next].prev = slab->prev;
 }
 
+static bool over_quota(const struct kvd_acct *a, uint32_t more)
+{
+	return a->max_pages && a->pages + more > a->max_pages;
+}
+
+/* Can @ns give up @pages without going below its or its tenant's min? */
+bool kvd_ns_reclaimable(const struct kvd_ns *ns, uint32_t pages)
+{
+	if (ns->acct.pages < ns->acct.min_pages + pages)
+		return false;
+	return !ns->tacct || ns->tacct->pages >= ns->tacct->min_pages + pages;
+}
+
 static int slab_new(struct kvd_ns *ns)
 {
 	uint64_t start, end;
@@ -229,6 +242,9 @@ static int slab_new(struct kvd_ns *ns)
 
 	if (ns->free_slab == KVD_NIL && ns->slab_slots_used == ns->max_slabs)
 		return -ENOSPC;
+	if (over_quota(&ns->acct, ns->slab_pages) ||
+	    (ns->tacct && over_quota(ns->tacct, ns->slab_pages)))
+		return -EDQUOT;
 	page = kvd_pool_alloc_run(ns->pool, ns->slab_pages, ns->slab_align);
 	if (page < 0)
 		return (int)page;
@@ -251,6 +267,9 @@ static int slab_new(struct kvd_ns *ns)
 	slab->live = true;
 	ns->nr_slabs++;
 	ns->nr_blocks += slab->nr_blocks;
+	ns->acct.pages += ns->slab_pages;
+	if (ns->tacct)
+		ns->tacct->pages += ns->slab_pages;
 	partial_add(ns, s);
 	return (int)s;
 }
@@ -266,6 +285,9 @@ static void slab_put(struct kvd_ns *ns, uint32_t s)
 	kvd_pool_free_run(ns->pool, slab->first_page, ns->slab_pages);
 	ns->nr_slabs--;
 	ns->nr_blocks -= slab->nr_blocks;
+	ns->acct.pages -= ns->slab_pages;
+	if (ns->tacct)
+		ns->tacct->pages -= ns->slab_pages;
 	slab->live = false;
 	slab->next = ns->free_slab;
 	ns->free_slab = s;
@@ -285,7 +307,12 @@ static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 
 	if (s == KVD_NIL) {
 		ret = slab_new(ns);
-		if (ret == -ENOSPC && !kvd_prefix_evict_one(ns, id)) {
+		/* Out of pages: reclaim from the coldest namespace, which
+		 * may be this one (its LRU leaf is then reused at once). */
+		while (ret == -ENOSPC && kvd_prefix_reclaim(ns) > 0)
+			ret = slab_new(ns);
+		if ((ret == -ENOSPC || ret == -EDQUOT) &&
+		    !kvd_prefix_evict_one(ns, id)) {
 			b = &ns->blocks[*id];
 			b->ref = 1;
 			b->state = KVD_BLOCK_HELD;
@@ -506,9 +533,17 @@ static uint64_t can_alloc(const struct kvd_ns *ns)
 {
 	uint64_t free_pages = ns->pool->nr_pages - ns->pool->pages_used;
 
-	return (uint64_t)ns->nr_blocks - ns->blocks_used - ns->cached_blocks +
-	       free_pages * KV_PAGE_BYTES / ns->block_bytes +
-	       ns->cached_blocks;
+	uint64_t other = 0;
+
+	/* Cached blocks of other namespaces may be reclaimed for us. */
+	for (uint32_t i = 0; ns->pool->ns && i < ns->pool->nr_ns; i++) {
+		const struct kvd_ns *o = &ns->pool->ns[i];
+
+		if (o->live && o != ns)
+			other += (uint64_t)o->cached_blocks * o->block_bytes;
+	}
+	return (uint64_t)ns->nr_blocks - ns->blocks_used +
+	       (free_pages * KV_PAGE_BYTES + other) / ns->block_bytes;
 }
 
 /* Checked by the caller: @nr blocks for @hr, all or nothing. */

@@ -31,6 +31,7 @@ struct kvd_block {
 	uint32_t	parent;		/* committed parent, KVD_NIL for a root */
 	uint32_t	nr_children;	/* committed blocks whose parent this is */
 	uint32_t	lru_prev, lru_next;	/* on the LRU: cached leaves */
+	uint64_t	tick;		/* pool clock when last released */
 	uint32_t	hnext;		/* index chain: id + 1, 0 ends */
 	struct kv_hash	key;		/* index key (tenant secret mixed in) */
 	uint8_t		state;		/* enum kvd_block_state */
@@ -69,6 +70,17 @@ struct kvd_holds {
 	uint32_t	mask;
 };
 
+/*
+ * Pages charged to a namespace or a tenant, and its quota: min pages are
+ * never reclaimed by others, max pages are never exceeded (-EDQUOT).
+ * 0 means none. Tenant accounts are shared by their namespaces.
+ */
+struct kvd_acct {
+	uint32_t	pages;
+	uint32_t	min_pages;
+	uint32_t	max_pages;
+};
+
 /* What a client holds in its namespace; embedded in struct kvd_client. */
 struct kvd_holder {
 	uint32_t	slot;		/* client slot: key of its holds */
@@ -100,6 +112,8 @@ struct kvd_ns {
 	uint32_t	blocks_used;	/* ref > 0 */
 	uint32_t	nr_clients;
 	struct kvd_holds holds;
+	struct kvd_acct	acct;		/* this namespace's pages and quota */
+	struct kvd_acct	*tacct;		/* its tenant's (may be NULL) */
 
 	/* prefix cache (kvd/prefix.c) */
 	uint32_t	tenant;
@@ -151,6 +165,8 @@ int __kvd_ns_alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
 		       uint32_t *ids, uint32_t nr);
 
 /* prefix.c: the prefix cache of a namespace */
+bool kvd_ns_reclaimable(const struct kvd_ns *ns, uint32_t pages);
+int kvd_prefix_reclaim(struct kvd_ns *ns);
 int kvd_prefix_init(struct kvd_ns *ns);
 void kvd_prefix_exit(struct kvd_ns *ns);
 void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id);

@@ -8,12 +8,19 @@
 
 #include "kvd.h"
 
+struct kvd_ns;
+
 struct kvd_pool {
 	uint64_t	bytes;		/* nr_pages * KV_PAGE_BYTES */
 	uint32_t	nr_pages;
 	uint32_t	pages_used;
 	uint32_t	peak_pages_used;
 	unsigned long	*used;		/* bitmap, 1 = page belongs to a slab */
+	/* every namespace slot, for reclaim across them (NULL: none) */
+	struct kvd_ns	*ns;
+	uint32_t	nr_ns;
+	uint64_t	clock;		/* ticks of cache use, for coldness */
+	uint64_t	reclaims;	/* blocks evicted for another namespace */
 };
 
 int kvd_pool_init(struct kvd_pool *pool, uint32_t nr_pages);

@@ -150,6 +150,7 @@ void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id)
 	struct kvd_block *b = &ns->blocks[id];
 
 	b->state = KVD_BLOCK_CACHED;
+	b->tick = ++ns->pool->clock;
 	ns->cached_blocks++;
 	if (!b->nr_children)
 		lru_add(ns, id, false);
@@ -190,6 +191,46 @@ int kvd_prefix_evict_one(struct kvd_ns *ns, uint32_t *id)
 	*id = ns->lru_head;
 	evict(ns, *id);
 	return 0;
+}
+
+/*
+ * kvd_prefix_reclaim - the pool has no pages for a slab of @ns: take them
+ * from the namespace whose least recently used cached leaf is the oldest
+ * (DESIGN.md elastic sharing), as long as that keeps it and its tenant at
+ * or above their guaranteed minimum. Its cached blocks are evicted in LRU
+ * order until one of its slabs is wholly free and goes back to the pool.
+ * Returns the pages freed; 0 when the coldest is @ns itself (it evicts its
+ * own leaf and reuses it) or nothing may be reclaimed.
+ */
+int kvd_prefix_reclaim(struct kvd_ns *ns)
+{
+	struct kvd_pool *pool = ns->pool;
+	struct kvd_ns *victim = NULL;
+	uint64_t coldest = UINT64_MAX;
+	uint32_t before = pool->pages_used, id;
+
+	if (ns->lru_head != KVD_NIL)
+		coldest = ns->blocks[ns->lru_head].tick;
+	for (uint32_t i = 0; pool->ns && i < pool->nr_ns; i++) {
+		struct kvd_ns *o = &pool->ns[i];
+
+		if (!o->live || o == ns || o->lru_head == KVD_NIL ||
+		    !kvd_ns_reclaimable(o, o->slab_pages))
+			continue;
+		if (o->blocks[o->lru_head].tick < coldest) {
+			coldest = o->blocks[o->lru_head].tick;
+			victim = o;
+		}
+	}
+	if (!victim)
+		return 0;
+	while (pool->pages_used == before &&
+	       kvd_ns_reclaimable(victim, victim->slab_pages) &&
+	       !kvd_prefix_evict_one(victim, &id)) {
+		__kvd_block_free(victim, id);
+		pool->reclaims++;
+	}
+	return (int)(before - pool->pages_used);
 }
 
 /* Admin: drop every ref-0 cached block (leaf first); returns how many. */

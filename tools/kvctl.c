@@ -41,6 +41,9 @@ static void usage(FILE *f)
 "  prefix --tree [--ns N] [--depth D]\n"
 "            the cached prefix tree of namespace N (default 0), D levels\n"
 "            below the roots (default 3), children counts\n"
+"  tenants   tenants, their clients and pages\n"
+"  quota     pages and quotas (min/max) of tenants and namespaces\n"
+"  reload    re-read kvd.conf: tenants and quotas, clients stay\n"
 "  check     verify every namespace's books (free/held/cached, refs,\n"
 "            LRU, index); exit 1 if any is broken\n"
 "  evict [--ns N]\n"
@@ -128,6 +131,7 @@ static void emit_pool(struct kv_emit *e, const struct kv_admin_status *st)
 	kv_emit_u64(e, "nr_clients", "clients", st->nr_clients);
 	kv_emit_u64(e, "nr_namespaces", "namespaces", st->nr_namespaces);
 	kv_emit_u64(e, "ops", "ops served", st->ops);
+	kv_emit_u64(e, "reclaims", "blocks reclaimed", st->reclaims);
 }
 
 static const struct kv_emit_col ns_cols[] = {
@@ -276,6 +280,63 @@ static int emit_check(struct kv_emit *e, const struct kv_admin_status *st,
 	return bad;
 }
 
+static const struct kv_emit_col tenant_cols[] = {
+	{ "id", "ID", 3 }, { "name", "TENANT", -16 }, { "configured", "CONF", 4 },
+	{ "admits", "ADMITS", 6 }, { "clients", "CLIENTS", 7 },
+	{ "pages", "PAGES", 7 }, { "min_pages", "MIN", 7 }, { "max_pages", "MAX", 7 },
+};
+
+static void emit_tenants(struct kv_emit *e, const struct kv_admin_status *st,
+			 const struct kv_admin_tenant *t)
+{
+	kv_emit_table_begin(e, "tenants", tenant_cols, ARRAY_LEN(tenant_cols));
+	for (uint32_t i = 0; i < st->nr_records; i++) {
+		char name[KV_MODEL_ID_MAX] = "";
+
+		memcpy(name, t[i].name, sizeof(t[i].name));
+		name[sizeof(t[i].name) - 1] = 0;
+		kv_emit_row_begin(e);
+		kv_emit_cell_u64(e, t[i].id);
+		kv_emit_cell_str(e, name);
+		kv_emit_cell_str(e, t[i].configured ? "yes" : "no");
+		kv_emit_cell_str(e, t[i].in_conf ? "yes" : "no");
+		kv_emit_cell_u64(e, t[i].nr_clients);
+		kv_emit_cell_u64(e, t[i].pages);
+		kv_emit_cell_u64(e, t[i].min_pages);
+		kv_emit_cell_u64(e, t[i].max_pages);
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+}
+
+static const struct kv_emit_col quota_cols[] = {
+	{ "ns", "NS", 3 }, { "tenant", "TENANT", 6 }, { "model", "MODEL", -24 },
+	{ "pages", "PAGES", 7 }, { "min_pages", "MIN", 7 }, { "max_pages", "MAX", 7 },
+	{ "blocks_used", "USED", 7 }, { "cached_blocks", "CACHED", 7 },
+};
+
+static void emit_ns_quota(struct kv_emit *e, const struct kv_admin_status *st,
+			  const struct kv_admin_ns *ns)
+{
+	kv_emit_table_begin(e, "namespaces", quota_cols, ARRAY_LEN(quota_cols));
+	for (uint32_t i = 0; i < st->nr_records; i++) {
+		char model[KV_MODEL_ID_MAX];
+
+		printable(model, ns[i].model_id);
+		kv_emit_row_begin(e);
+		kv_emit_cell_u64(e, ns[i].id);
+		kv_emit_cell_u64(e, ns[i].tenant);
+		kv_emit_cell_str(e, model);
+		kv_emit_cell_u64(e, ns[i].pages);
+		kv_emit_cell_u64(e, ns[i].min_pages);
+		kv_emit_cell_u64(e, ns[i].max_pages);
+		kv_emit_cell_u64(e, ns[i].blocks_used);
+		kv_emit_cell_u64(e, ns[i].cached_blocks);
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+}
+
 static const struct kv_emit_col client_cols[] = {
 	{ "id", "ID", 5 }, { "pid", "PID", 8 }, { "uid", "UID", 6 },
 	{ "gid", "GID", 6 }, { "ns", "NS", 3 }, { "blocks", "BLOCKS", 8 },
@@ -334,6 +395,28 @@ static int reply_check(const struct kv_admin_status *st, ssize_t n,
 	    sizeof(*st) + st->nr_records * rec > (size_t)n)
 		return -EPROTO;
 	return 0;
+}
+
+/* kvctl quota: the tenants' table, then the namespaces' (a second call). */
+static int emit_quota(struct kv_emit *e, const char *path,
+		      const struct kv_admin_status *st,
+		      const struct kv_admin_tenant *t)
+{
+	void *buf = calloc(1, REPLY_MAX);
+	ssize_t n;
+	int ret;
+
+	if (!buf)
+		return 1;
+	emit_tenants(e, st, t);
+	n = admin_call(path, KV_ADMIN_STATUS, 0, 0, buf);
+	ret = n < 0 ? (int)n : reply_check(buf, n, sizeof(struct kv_admin_ns));
+	if (!ret)
+		emit_ns_quota(e, buf, (void *)((struct kv_admin_status *)buf + 1));
+	else
+		fprintf(stderr, "kvctl: %s: %s\n", path, strerror(-ret));
+	free(buf);
+	return ret ? 1 : 0;
 }
 
 static int parse_u32(const char *opt, const char *s, uint32_t *out)
@@ -422,6 +505,12 @@ int main(int argc, char **argv)
 	} else if (!strcmp(cmd, "prefix")) {
 		code = KV_ADMIN_PREFIX;
 		rec = sizeof(struct kv_admin_prefix);
+	} else if (!strcmp(cmd, "tenants") || !strcmp(cmd, "quota")) {
+		code = KV_ADMIN_TENANTS;
+		rec = sizeof(struct kv_admin_tenant);
+	} else if (!strcmp(cmd, "reload")) {
+		code = KV_ADMIN_RELOAD;
+		rec = sizeof(struct kv_admin_msg);
 	} else if (!strcmp(cmd, "check")) {
 		code = KV_ADMIN_CHECK;
 		rec = sizeof(struct kv_admin_check);
@@ -449,6 +538,15 @@ int main(int argc, char **argv)
 	n = admin_call(path, code, ns, depth, buf);
 	st = buf;
 	ret = n < 0 ? (int)n : reply_check(st, n, rec);
+	if (ret && code == KV_ADMIN_RELOAD && n >= (ssize_t)(sizeof(*st) +
+							    sizeof(struct kv_admin_msg))) {
+		struct kv_admin_msg *m = (void *)(st + 1);
+
+		m->text[sizeof(m->text) - 1] = 0;
+		fprintf(stderr, "kvctl: reload: %s\n", m->text);
+		free(buf);
+		return 1;
+	}
 	if (ret) {
 		fprintf(stderr, "kvctl: %s: %s%s\n", path, strerror(-ret),
 			ret == -ENOENT && code == KV_ADMIN_TREE ?
@@ -465,6 +563,13 @@ int main(int argc, char **argv)
 		emit_tree(&e, st, (void *)(st + 1));
 	else if (code == KV_ADMIN_CHECK)
 		ret = emit_check(&e, st, (void *)(st + 1)) ? 1 : 0;
+	else if (code == KV_ADMIN_TENANTS && !strcmp(cmd, "quota"))
+		ret = emit_quota(&e, path, st, (void *)(st + 1));
+	else if (code == KV_ADMIN_TENANTS)
+		emit_tenants(&e, st, (void *)(st + 1));
+	else if (code == KV_ADMIN_RELOAD)
+		kv_emit_str(&e, "reloaded", "reloaded",
+			    ((struct kv_admin_msg *)(st + 1))->text);
 	else
 		emit_prefix(&e, st, (void *)(st + 1));
 	kv_emit_end(&e);

@@ -250,6 +250,27 @@ enum {
 	KV_ADMIN_TREE		= 5,	/* arg[0]: ns id, arg[1]: depth; reply:
 					 * kv_admin_status + kv_admin_tree_node[] */
 	KV_ADMIN_CHECK		= 6,	/* reply: kv_admin_status + kv_admin_check[nr_ns] */
+	KV_ADMIN_RELOAD		= 7,	/* re-read kvd.conf; reply: + one kv_admin_msg */
+	KV_ADMIN_TENANTS	= 8,	/* reply: kv_admin_status + kv_admin_tenant[] */
+};
+
+/* A line of text (KV_ADMIN_RELOAD: what was applied, or why not). */
+struct kv_admin_msg {
+	char	text[256];
+};
+
+/* One tenant, its pages and quota (0: none). */
+struct kv_admin_tenant {
+	__u32	id;
+	__u32	configured;	/* 1: from kvd.conf; 0: one per uid */
+	__u32	in_conf;	/* 1: admits new clients */
+	__u32	uid;		/* of a per-uid tenant */
+	char	name[32];
+	__u32	nr_clients;
+	__u32	pages;
+	__u32	min_pages;
+	__u32	max_pages;
+	__u64	resv[2];
 };
 
 /* The invariant check of one namespace's books (kvctl check). */
@@ -289,7 +310,8 @@ struct kv_admin_status {
 	__u32	resv0;
 	__u64	uptime_ms;
 	__u64	ops;		/* SQEs served, all clients */
-	__u64	resv[4];
+	__u64	reclaims;	/* cached blocks evicted for another namespace */
+	__u64	resv[3];
 };
 
 struct kv_admin_ns {
@@ -308,7 +330,10 @@ struct kv_admin_ns {
 	__u32	blocks_used;	/* ref > 0 */
 	__u32	blocks_free;	/* in slabs, ref 0 */
 	__u32	max_blocks;
-	__u64	resv[2];
+	__u32	pages;		/* charged to this namespace */
+	__u32	min_pages;	/* quota, 0: none */
+	__u32	max_pages;	/* quota, 0: unlimited */
+	__u32	cached_blocks;
 };
 
 struct kv_admin_client {
@@ -400,6 +425,7 @@ KV_STATIC_ASSERT(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
 KV_STATIC_ASSERT(sizeof(struct kv_commit) == 40, "kv_commit");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_check) == 128, "kv_admin_check");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_tenant) % 8 == 0, "kv_admin_tenant");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_prefix) % 8 == 0, "kv_admin_prefix");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_tree_node) == 40, "kv_admin_tree_node");
 

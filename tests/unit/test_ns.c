@@ -33,6 +33,7 @@
 #define __kvd_ns_alloc_ids	t___kvd_ns_alloc_ids
 #define __kvd_hold_live		t_hold_is_live
 #define kvd_ns_waste_ppm	t_kvd_ns_waste_ppm
+#define kvd_ns_reclaimable	t_kvd_ns_reclaimable
 #include "ns.c"
 
 #define MIB		(1ULL << 20)

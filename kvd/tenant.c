@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Tenants: who may connect, whose blocks may hit whose, and whose pages
+ * count against which quota.
+ *
+ * With tenants in kvd.conf, a peer's tenant comes from its credentials
+ * (SO_PEERCRED uid and gid, SO_PEERGROUPS), never from what it claims,
+ * and a peer in no tenant is refused. The tenant's secret comes from the
+ * file, so its cache keys are stable across restarts. Without tenants,
+ * every uid is a tenant of its own, keyed by a secret drawn at start.
+ */
+#include <errno.h>
+#include <string.h>
+#include <stdio.h>
+#include <xxhash.h>
+
+#include "daemon.h"
+
+static struct kvd_tenant *tenant_slot(struct kvd *d)
+{
+	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++)
+		if (!d->tenants[i].live)
+			return &d->tenants[i];
+	return NULL;
+}
+
+static struct kvd_tenant *tenant_named(struct kvd *d, const char *name)
+{
+	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++)
+		if (d->tenants[i].live && d->tenants[i].configured &&
+		    !strcmp(d->tenants[i].name, name))
+			return &d->tenants[i];
+	return NULL;
+}
+
+static void tenant_set(struct kvd_tenant *t, const struct kvd_tenant_conf *tc)
+{
+	t->configured = true;
+	snprintf(t->name, sizeof(t->name), "%s", tc->name);
+	t->seed = XXH3_64bits(tc->secret, tc->secret_len);
+	t->acct.min_pages = tc->min_pages;
+	t->acct.max_pages = tc->max_pages;
+}
+
+/*
+ * Apply the tenants of d->conf: update those kept (quota now, secret for
+ * namespaces created from now on), add new ones; tenants that left the
+ * file keep their clients but admit no new one.
+ */
+void kvd_tenants_apply(struct kvd *d)
+{
+	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++)
+		if (d->tenants[i].configured)
+			d->tenants[i].in_conf = false;
+	for (uint32_t i = 0; i < d->conf.nr_tenants; i++) {
+		const struct kvd_tenant_conf *tc = &d->conf.tenants[i];
+		struct kvd_tenant *t = tenant_named(d, tc->name);
+
+		if (!t) {
+			t = tenant_slot(d);
+			if (!t) {
+				kvd_warn("tenant %s: no tenant slot left", tc->name);
+				continue;
+			}
+			memset(t, 0, sizeof(*t));
+			t->live = true;
+			t->id = (uint32_t)(t - d->tenants);
+		}
+		tenant_set(t, tc);
+		t->in_conf = true;
+	}
+	for (uint32_t i = 0; i < d->cfg.max_namespaces; i++) {
+		struct kvd_ns *ns = &d->ns[i];
+		const struct kvd_quota_conf *q;
+
+		if (!ns->live)
+			continue;
+		q = kvd_conf_quota(&d->conf, d->tenants[ns->tenant].name,
+				   ns->model_id);
+		ns->acct.min_pages = q ? q->min_pages : 0;
+		ns->acct.max_pages = q ? q->max_pages : 0;
+	}
+}
+
+/*
+ * kvd_tenant_of - the tenant of a peer with @uid, @gid and @groups.
+ * Returns its index, or -EACCES with *why set when tenants are configured
+ * and none lists the peer, or -ENOSPC when no tenant slot is left.
+ */
+int kvd_tenant_of(struct kvd *d, uint32_t uid, uint32_t gid,
+		  const uint32_t *groups, uint32_t nr_groups, const char **why)
+{
+	const struct kvd_tenant_conf *tc;
+	struct kvd_tenant *t;
+
+	if (d->conf.nr_tenants) {
+		tc = kvd_conf_tenant_of(&d->conf, uid, gid, groups, nr_groups);
+		t = tc ? tenant_named(d, tc->name) : NULL;
+		if (!t || !t->in_conf) {
+			*why = "this uid/gid is in no tenant of kvd.conf";
+			return -EACCES;
+		}
+		return (int)t->id;
+	}
+	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++) {
+		t = &d->tenants[i];
+		if (t->live && !t->configured && t->uid == uid)
+			return (int)i;
+	}
+	t = tenant_slot(d);
+	if (!t) {
+		*why = "no tenant slot left";
+		return -ENOSPC;
+	}
+	memset(t, 0, sizeof(*t));
+	t->live = true;
+	t->id = (uint32_t)(t - d->tenants);
+	t->uid = uid;
+	snprintf(t->name, sizeof(t->name), "uid:%u", uid);
+	t->seed = XXH3_64bits_withSeed(&uid, sizeof(uid), d->secret);
+	return (int)t->id;
+}
+
+/*
+ * kvd_reload - read kvd.conf again and apply tenants and quotas, without
+ * dropping clients. On error nothing changes; @msg says why.
+ */
+int kvd_reload(struct kvd *d, char *msg, size_t len)
+{
+	struct kvd_conf fresh;
+	int ret;
+
+	if (!d->conf_path) {
+		snprintf(msg, len, "kvd started without a configuration file");
+		return -ENOENT;
+	}
+	ret = kvd_conf_load(d->conf_path, &fresh, msg, len);
+	if (ret) {
+		if (!msg[0])
+			snprintf(msg, len, "%s: %s", d->conf_path, strerror(-ret));
+		kvd_err("reload: %s", msg);
+		return ret;
+	}
+	kvd_conf_free(&d->conf);
+	d->conf = fresh;
+	kvd_tenants_apply(d);
+	snprintf(msg, len, "%s: %u tenants, %u namespace quotas", d->conf_path,
+		 d->conf.nr_tenants, d->conf.nr_quotas);
+	kvd_info("reloaded %s", msg);
+	return 0;
+}
