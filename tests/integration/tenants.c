@@ -174,6 +174,32 @@ static void config_errors(void)
 	unlink(bad);
 }
 
+/* Started as root with --user nobody: kvd serves as uid 65534. */
+static void privilege_drop(void)
+{
+	struct t_kvd p;
+	struct kv_client *c;
+	kv_block_t id;
+	char path[64], line[256];
+	unsigned uid = 0;
+	FILE *f;
+
+	t_kvd_start(&p, "16M", "--user", "nobody", NULL);
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)p.pid);
+	f = fopen(path, "r");
+	T_ASSERT(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "Uid: %*u %u", &uid) == 1)
+			break;
+	fclose(f);
+	T_EQ(uid, NOBODY);
+	T_EQ(t_connect(&p, "m", NULL, &c), 0);
+	T_EQ(kv_alloc(c, 1, &id), 1);
+	T_EQ(kv_disconnect(c), 0);
+	T_ASSERT(!chown(p.dir, NOBODY, NOBODY));	/* so it can unlink */
+	t_kvd_stop(&p);
+}
+
 int main(void)
 {
 	struct kv_client *a1, *a2;
@@ -187,6 +213,7 @@ int main(void)
 		return 77;
 	}
 	config_errors();
+	privilege_drop();
 	snprintf(conf, sizeof(conf), "/tmp/kvd-conf.XXXXXX");
 	fd = mkstemp(conf);
 	T_ASSERT(fd >= 0);
