@@ -73,7 +73,8 @@ $(LIB): $(LIB_OBJS) libkvclient/libkvclient.map
 		-Wl,--version-script=libkvclient/libkvclient.map -o $@ $(LIB_OBJS) $(LIB_LIBS)
 	$(Q)ln -sf $(SONAME) $(O)/libkvclient.so
 
-LIB_LINK	:= -L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..'
+LIB_LINK	:= -L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..' \
+		   -Wl,-rpath,$(PREFIX)/lib
 
 $(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o
 	@echo "  LD      $@"

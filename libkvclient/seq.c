@@ -210,9 +210,10 @@ int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,
 	unsigned bt;
 	int ret;
 
+	if (out)
+		*out = NULL;
 	if (!c || !tokens || !n_tokens || !out)
 		return -EINVAL;
-	*out = NULL;
 	bt = c->block_tokens;
 	if (n_tokens / bt >= KV_MAX_IDS)
 		return -E2BIG;
@@ -249,10 +250,11 @@ int kv_seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 	unsigned bt;
 	int ret;
 
+	if (out)
+		*out = NULL;
 	if (!c || !out || (n_hashes && !hashes) || (n_tail && !tail) ||
 	    !(n_hashes + n_tail))
 		return -EINVAL;
-	*out = NULL;
 	bt = c->block_tokens;
 	if (n_tail >= bt)
 		return -EINVAL;
@@ -371,9 +373,10 @@ int kv_seq_fork(struct kv_seq *s, struct kv_seq **out)
 	kv_block_t last, fresh;
 	int ret;
 
+	if (out)
+		*out = NULL;
 	if (!s || !out)
 		return -EINVAL;
-	*out = NULL;
 	c = s->c;
 	/* The child shares full blocks: publish them first. */
 	ret = kv_seq_commit(s);

@@ -143,7 +143,7 @@ static const struct kv_emit_col ns_cols[] = {
 	{ "slab_pages", "SLAB_PG", 7 }, { "waste_pct", "WASTE%", 6 },
 	{ "slabs", "SLABS", 6 },
 	{ "blocks", "BLOCKS", 7 }, { "blocks_used", "USED", 7 },
-	{ "blocks_free", "FREE", 7 }, { "max_blocks", "MAX", 8 },
+	{ "cached_blocks", "CACHED", 7 }, { "blocks_free", "FREE", 7 }, { "max_blocks", "MAX", 8 },
 	{ "clients", "CLIENTS", 7 },
 };
 
@@ -179,6 +179,7 @@ static void emit_status(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_cell_u64(e, ns[i].nr_slabs);
 		kv_emit_cell_u64(e, ns[i].blocks);
 		kv_emit_cell_u64(e, ns[i].blocks_used);
+		kv_emit_cell_u64(e, ns[i].cached_blocks);
 		kv_emit_cell_u64(e, ns[i].blocks_free);
 		kv_emit_cell_u64(e, ns[i].max_blocks);
 		kv_emit_cell_u64(e, ns[i].nr_clients);
@@ -229,7 +230,7 @@ static const struct kv_emit_col tree_cols[] = {
 static void emit_tree(struct kv_emit *e, const struct kv_admin_status *st,
 		      const struct kv_admin_tree_node *t)
 {
-	char indent[32], key[17];
+	char indent[48], key[17];
 
 	kv_emit_table_begin(e, "tree", tree_cols, ARRAY_LEN(tree_cols));
 	for (uint32_t i = 0; i < st->nr_records; i++) {
@@ -335,6 +336,10 @@ static void emit_ns_quota(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
+	if (st->nr_records == KV_ADMIN_MAX_RECORDS) {
+		kv_emit_u64(e, "truncated_at", "truncated at (rows)",
+			    KV_ADMIN_MAX_RECORDS);
+	}
 }
 
 static const struct kv_emit_col client_cols[] = {
@@ -427,7 +432,8 @@ static int parse_u32(const char *opt, const char *s, uint32_t *out)
 	errno = 0;
 	v = strtoul(s, &end, 10);
 	if (errno || end == s || *end || *s == '-' || v >= UINT32_MAX) {
-		fprintf(stderr, "kvctl: %s: '%s' is not a number\n", opt, s);
+		fprintf(stderr, "kvctl: %s: '%s' is not a number below 2^32 - 1\n",
+			opt, s);
 		return -1;
 	}
 	*out = (uint32_t)v;
@@ -548,9 +554,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (ret) {
-		fprintf(stderr, "kvctl: %s: %s%s\n", path, strerror(-ret),
-			ret == -ENOENT && code == KV_ADMIN_TREE ?
-			" (no such namespace: see kvctl prefix)" : hint(ret));
+		if (ret == -ENOENT && code == KV_ADMIN_TREE && n > 0)
+			fprintf(stderr, "kvctl: no namespace %u (see kvctl prefix)\n",
+				ns);
+		else
+			fprintf(stderr, "kvctl: %s: %s%s\n", path,
+				strerror(-ret), hint(ret));
 		free(buf);
 		return 1;
 	}
