@@ -161,6 +161,9 @@ install: all
 	install -m 644 include/kv/*.h $(DESTDIR)$(PREFIX)/include/kv/
 	cp -P man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 	for f in man/man7/*.7; do [ ! -e "$$f" ] || cp -P "$$f" $(DESTDIR)$(PREFIX)/share/man/man7/; done
+	install -d $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/doc/kvd
+	cp -P man/man5/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
+	install -m 644 etc/kvd.conf $(DESTDIR)$(PREFIX)/share/doc/kvd/kvd.conf.example
 	cp -P man/man8/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
 
 clean:

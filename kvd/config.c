@@ -486,7 +486,7 @@ static int set_ids(struct parser *p, const struct conf_key *k,
 	const struct kvd_tenant_conf *other;
 	bool group = !strcmp(k->name, "gids");
 	const char *what = group ? "gid" : "uid", *s;
-	char tok[KVD_CONF_LINE_MAX + 1];
+	char tok[KVD_CONF_LINE_MAX + 1], named[KVD_CONF_LINE_MAX + 4];
 	uint32_t *ids, nr = 0, n = 0, unused;
 	size_t len;
 	int ret;
@@ -518,17 +518,21 @@ static int set_ids(struct parser *p, const struct conf_key *k,
 				goto out_free;
 			}
 		}
+		/* "uid 0 (root)" for a name, "uid 0" for a number */
+		named[0] = 0;
+		if (!all_digits(tok))
+			snprintf(named, sizeof(named), " (%s)", tok);
 		for (uint32_t i = 0; i < n; i++) {
 			if (ids[i] == ids[n]) {
-				ret = perr(p, "%s: %s %u ('%s') is listed twice",
-					   k->name, what, ids[n], tok);
+				ret = perr(p, "%s: %s %u%s is listed twice",
+					   k->name, what, ids[n], named);
 				goto out_free;
 			}
 		}
 		other = id_owner(p->conf, t, ids[n], group);
 		if (other) {
-			ret = perr(p, "%s: %s %u ('%s') is already in tenant '%s' (line %u)",
-				   k->name, what, ids[n], tok, other->name,
+			ret = perr(p, "%s: %s %u%s is already in tenant '%s' (line %u)",
+				   k->name, what, ids[n], named, other->name,
 				   other->line);
 			goto out_free;
 		}
@@ -737,6 +741,9 @@ static int tenant_begin(struct parser *p, const char *name)
 		if (!strcmp(conf->tenants[i].name, name))
 			return perr(p, "duplicate tenant '%s' (first defined on line %u)",
 				    name, conf->tenants[i].line);
+	if (conf->nr_tenants == KVD_CONF_TENANTS_MAX)
+		return perr(p, "too many tenants (at most %d)",
+			    KVD_CONF_TENANTS_MAX);
 	ret = grow(p, (void **)&conf->tenants, conf->nr_tenants,
 		   &p->cap_tenants, sizeof(*conf->tenants));
 	if (ret)

@@ -24,6 +24,7 @@
 #define KVD_CONF_PATH_MAX	108	/* socket path, NUL included (sun_path) */
 #define KVD_CONF_SECRET_MIN	16	/* bytes */
 #define KVD_CONF_SECRET_MAX	64	/* bytes */
+#define KVD_CONF_TENANTS_MAX	256	/* [tenant] sections (KVD_MAX_TENANTS) */
 
 /* A [tenant NAME] section. */
 struct kvd_tenant_conf {
@@ -96,12 +97,13 @@ struct kvd_conf {
  * User and group names are resolved here (getpwnam_r, getgrnam_r), so
  * the result depends on the user database at the time of the call.
  *
- * Return: 0 on success (release with kvd_conf_free()), -ENOENT when
- * @path does not exist, -EINVAL when the file is malformed or fails a
- * check, -ENOMEM, or another -errno when the file cannot be opened or
- * read (-EACCES, -EISDIR, -EIO, ...) or a user database look-up fails.
- * On failure @conf is left zeroed and holds nothing. Sets no global
- * state; safe to call from any thread.
+ * Return: 0 on success (release with kvd_conf_free()); -ENOENT when
+ * @path does not exist (kvd then runs without a file); -EINVAL when the
+ * file is malformed, fails a check, or names a user or group that the
+ * user database does not know or cannot look up; -ENOMEM; or the -errno
+ * of opening or reading the file (-EACCES, -EISDIR, -EIO, ...). @err
+ * says why in every case. On failure @conf is left zeroed and holds
+ * nothing. Sets no global state; safe to call from any thread.
  */
 int kvd_conf_load(const char *path, struct kvd_conf *conf, char *err,
 		  size_t errlen);

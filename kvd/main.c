@@ -394,6 +394,7 @@ static void shutdown_all(struct kvd *d)
 static int load_conf(struct kvd *d)
 {
 	const char *path = d->cfg.conf_path ? d->cfg.conf_path : KVD_CONF_PATH;
+	struct stat st;
 	char err[256];
 	int ret = kvd_conf_load(path, &d->conf, err, sizeof(err));
 
@@ -403,6 +404,14 @@ static int load_conf(struct kvd *d)
 		fprintf(stderr, "kvd: %s\n", err[0] ? err : strerror(-ret));
 		return -1;
 	}
+	if (d->conf.has_backend && d->conf.backend == KV_BACKEND_CUDA) {
+		fprintf(stderr, "kvd: %s: backend = cuda: this build has no CUDA backend; use host or auto\n",
+			path);
+		return -1;
+	}
+	if (!stat(path, &st) && (st.st_mode & 0004) && d->conf.nr_tenants)
+		fprintf(stderr, "kvd: warning: %s holds tenant secrets and is readable by others (chmod 0640)\n",
+			path);
 	d->conf_path = strdup(path);
 	return d->conf_path ? 0 : -1;
 }
@@ -414,8 +423,7 @@ static void merge_conf(struct kvd *d)
 
 	if (!cfg->pool_bytes)
 		cfg->pool_bytes = f->has_pool_bytes ? f->pool_bytes : 1ULL << 30;
-	if (!cfg->backend && f->has_backend && f->backend == KV_BACKEND_CUDA)
-		cfg->backend = KV_BACKEND_CUDA;
+	/* backend = cuda in the file is refused in load_conf(). */
 	if (!cfg->backend)
 		cfg->backend = KV_BACKEND_HOST;
 	if (!cfg->socket_path && f->has_socket)
@@ -528,7 +536,8 @@ int main(int argc, char **argv)
 			 d->conf.nr_tenants);
 
 	sock_path = d->cfg.socket_path ? strdup(d->cfg.socket_path) :
-		    default_path("KVD_SOCKET", "kvd.sock");	if (!sock_path) {
+		    default_path("KVD_SOCKET", "kvd.sock");
+	if (!sock_path) {
 		kvd_err("no socket path: pass --socket or set XDG_RUNTIME_DIR");
 		return 2;
 	}
