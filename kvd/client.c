@@ -8,6 +8,7 @@
  * buffers; the generation in user_data makes stale CQEs recognisable.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -153,7 +154,7 @@ void kvd_client_accept(struct kvd *d, int fd)
 static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
 			 int nfds)
 {
-	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
 	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	struct cmsghdr *cm;
@@ -314,7 +315,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	const struct kv_hello *h = &c->rx.hello;
 	struct kv_welcome w = { 0 };
 	const char *why = NULL;
-	int fds[4], err;
+	int fds[3], err;
 	char msg[KV_ERRMSG_MAX];
 
 	err = hello_check(d, h, len, &why);
@@ -355,6 +356,10 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	c->cq_evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (c->sq_evfd < 0 || c->cq_evfd < 0)
 		return refuse(d, c, -EMFILE, "eventfd failed");
+	free(c->ext_sent);
+	c->ext_sent = calloc(d->pool.nr_extents, sizeof(*c->ext_sent));
+	if (!c->ext_sent)
+		return refuse(d, c, -ENOMEM, "out of memory");
 
 	w.client_id = c->id;
 	w.ns_id = c->ns->id;
@@ -364,17 +369,20 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	w.block_bytes = c->ns->block_bytes;
 	w.slab_bytes = c->ns->slab_bytes;
 	w.max_blocks = c->ns->max_blocks;
-	w.features = KV_FEAT_NEED_WAKEUP;
+	w.features = KV_FEAT_NEED_WAKEUP | KV_FEAT_EXTENTS;
 	w.ring = c->off;
+	w.extent_bytes = (uint64_t)d->pool.extent_pages * KV_PAGE_BYTES;
+	w.nr_extents = d->pool.nr_extents;
 	fds[0] = c->ring_fd;
 	fds[1] = c->sq_evfd;
 	fds[2] = c->cq_evfd;
-	fds[3] = d->pool_fd;
-	send_welcome(c->sock, &w, fds, 4);
+	send_welcome(c->sock, &w, fds, 3);
 	c->state = KVD_CLIENT_LIVE;
 	d->nr_pending--;
 	d->nr_clients++;
 	d->tenants[c->tenant].nr_clients++;
+	c->doomed = NULL;
+	kvd_extents_send(d, c);		/* its tenant's extents, after WELCOME */
 	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u", c->id,
 		 (int)c->pid, (unsigned)c->uid, c->ns->model_id, c->ns->id,
 		 c->sq_entries);
@@ -411,6 +419,8 @@ void kvd_client_doorbell_done(struct kvd *d, struct kvd_client *c, int res)
 /* The last op naming the slot finished: close everything, free it. */
 static void client_free(struct kvd_client *c)
 {
+	free(c->ext_sent);
+	c->ext_sent = NULL;
 	kvd_ring_teardown(c);
 	if (c->sq_evfd >= 0)
 		close(c->sq_evfd);
@@ -450,6 +460,12 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 	if (c->state == KVD_CLIENT_LIVE)
 		cancel_op(d, c, KVD_EV_DOORBELL);
 	cancel_op(d, c, KVD_EV_CTRL);
+	/*
+	 * io_uring looks fds up when it issues an SQE: ops on this socket
+	 * still queued must be issued before its number can be reused by
+	 * the next accept, or they would act on another client's socket.
+	 */
+	io_uring_submit(&d->ring);
 	shutdown(c->sock, SHUT_RDWR);
 	close(c->sock);
 	c->sock = -1;

@@ -39,6 +39,7 @@ struct kvd_config {
 	uint64_t	pool_bytes;
 	int		backend;	/* KV_BACKEND_HOST */
 	bool		hugepages;
+	uint64_t	extent_bytes;	/* 0: pool / 32, within 2 MiB..1 GiB */
 	uint32_t	max_clients;
 	uint32_t	max_namespaces;
 	uint32_t	sq_budget;	/* work per client per pass (ring.c) */
@@ -68,6 +69,8 @@ struct kvd_client {
 	uint32_t	groups[32];	/* SO_PEERGROUPS, for tenant lookup */
 	uint32_t	nr_groups;
 	int		tenant;		/* index, -1 before HELLO */
+	uint32_t	*ext_sent;	/* gen of each extent it has, 0: none */
+	const char	*doomed;	/* to be disconnected after this pass */
 	uint64_t	t_accept_ns;
 
 	/* ring mapping, daemon side */
@@ -119,13 +122,15 @@ struct kvd {
 	struct kvd_tenant tenants[KVD_MAX_TENANTS];
 	struct io_uring	ring;
 	struct kvd_pool	pool;
-	int		pool_fd;
 	void		*pool_map;	/* kvd's own mapping of the pool */
+	int		*ext_fd;	/* [nr_extents] memfds (extent.c) */
+	uint32_t	*ext_gen;	/* bumped when an extent gets a new memfd */
 	int		listen_fd;
 	int		admin_fd;
 	int		signal_fd;
 	int		lock_fds[2];
 	bool		stop;
+	bool		doomed;		/* some client has ->doomed set */
 	bool		socket_bound, admin_bound;
 	uint64_t	start_ns;
 	uint64_t	ops;
@@ -189,6 +194,12 @@ void kvd_ring_wake(struct kvd_client *c);
 /* opdef.c */
 int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 		 const struct kv_sqe *sqe);
+
+/* extent.c */
+int kvd_extents_create(struct kvd *d, uint64_t extent_bytes);
+void kvd_extents_destroy(struct kvd *d);
+void kvd_extents_send(struct kvd *d, struct kvd_client *c);
+int kvd_extent_claim(struct kvd_pool *pool, uint32_t e, int32_t owner);
 
 /* tenant.c */
 void kvd_tenants_apply(struct kvd *d);

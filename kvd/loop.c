@@ -174,6 +174,18 @@ static void dispatch(struct kvd *d, struct io_uring_cqe *cqe)
 	}
 }
 
+/* Clients that could not be given an extent: disconnect them now. */
+static void reap_doomed(struct kvd *d)
+{
+	if (!d->doomed)
+		return;
+	d->doomed = false;
+	for (uint32_t i = 0; i < d->nr_slots; i++)
+		if (d->clients[i].state == KVD_CLIENT_LIVE &&
+		    d->clients[i].doomed)
+			kvd_client_kill(d, &d->clients[i], d->clients[i].doomed);
+}
+
 /* Serve every live ring until all are empty or stalled. */
 static void drain_rings(struct kvd *d)
 {
@@ -194,6 +206,7 @@ static void drain_rings(struct kvd *d)
 				kvd_client_kill(d, c, "corrupt ring indices");
 			else if (n > 0)
 				again = true;	/* maybe more: look again */
+			reap_doomed(d);
 		}
 	}
 }

@@ -46,6 +46,8 @@ static void usage(FILE *f)
 "      --max-clients N    client slots (default 256)\n"
 "      --max-namespaces N namespace slots (default 64)\n"
 "      --hugepages        back the host pool with 2 MiB huge pages\n"
+"      --extent-size SIZE pool extents, a multiple of 2M (default pool/32,\n"
+"                         2M..1G); a tenant only ever maps its own extents\n"
 "  -v, --verbose          debug logging\n"
 "  -q, --quiet            errors and warnings only\n"
 "  -V, --version\n"
@@ -131,6 +133,7 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 		{ "max-clients", required_argument, NULL, 'C' },
 		{ "max-namespaces", required_argument, NULL, 'N' },
 		{ "hugepages", no_argument, NULL, 'H' },
+		{ "extent-size", required_argument, NULL, 'E' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "version", no_argument, NULL, 'V' },
@@ -188,6 +191,14 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 		case 'H':
 			cfg->hugepages = true;
 			break;
+		case 'E':
+			sz = parse_size(optarg);
+			if (sz < (int64_t)KV_PAGE_BYTES || sz % KV_PAGE_BYTES) {
+				fprintf(stderr, "kvd: --extent-size: '%s' is not a multiple of 2M\n", optarg);
+				return -1;
+			}
+			cfg->extent_bytes = (uint64_t)sz;
+			break;
 		case 'v':
 			kvd_log_level = KVD_LOG_DEBUG;
 			break;
@@ -213,48 +224,29 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 	return 0;
 }
 
-/* The host backend: the pool is one sealed memfd, passed to every client. */
-static int host_pool_create(const struct kvd_config *cfg, uint64_t bytes,
-			    void **map)
+/* The host backend: extents of sealed memfds (kvd/extent.c). */
+static int host_pool_create(struct kvd *d)
 {
-	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+	uint64_t ext = d->cfg.extent_bytes, bytes = d->pool.bytes;
 	struct sysinfo si;
-	int fd;
+	int ret;
 
-	if (cfg->hugepages)
-		flags |= MFD_HUGETLB | MFD_HUGE_2MB;
-	fd = memfd_create("kvd-pool", flags);
-	if (fd < 0) {
-		kvd_err("memfd_create(pool%s): %m", cfg->hugepages ?
-			", huge pages" : "");
-		return -1;
+	if (!ext) {
+		ext = bytes / 32 / KV_PAGE_BYTES * KV_PAGE_BYTES;
+		ext = ext < KV_PAGE_BYTES ? KV_PAGE_BYTES :
+		      ext > (1ULL << 30) ? 1ULL << 30 : ext;
 	}
-	if (ftruncate(fd, (off_t)bytes)) {
-		kvd_err("cannot size the pool to %llu bytes: %m%s",
-			(unsigned long long)bytes, cfg->hugepages ?
+	ret = kvd_extents_create(d, ext);
+	if (ret) {
+		kvd_err("cannot create the pool: %s%s", strerror(-ret),
+			d->cfg.hugepages ?
 			" (are enough huge pages reserved in /proc/sys/vm/nr_hugepages?)" : "");
-		close(fd);
-		return -1;
-	}
-	/* Clients must not resize the pool under the daemon or each other. */
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL))
-		kvd_warn("cannot seal the pool memfd: %m");
-	/*
-	 * kvd keeps the pool mapped: huge pages are reserved at mmap time,
-	 * so a shortage fails here, not in every client.
-	 */
-	*map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (*map == MAP_FAILED) {
-		kvd_err("cannot map the pool: %m%s", cfg->hugepages ?
-			" (are enough huge pages reserved in /proc/sys/vm/nr_hugepages?)" : "");
-		*map = NULL;
-		close(fd);
 		return -1;
 	}
 	if (sysinfo(&si) == 0 && bytes > (uint64_t)si.totalram * si.mem_unit)
 		kvd_warn("the pool (%llu MiB) is larger than this host's RAM: clients that touch all of it will be killed",
 			 (unsigned long long)(bytes >> 20));
-	return fd;
+	return 0;
 }
 
 /* Refuse to run twice on one path: flock() a lock file beside it. */
@@ -524,7 +516,7 @@ int main(int argc, char **argv)
 
 	d->cfg.sq_budget = 64;
 	d->cfg.hello_timeout_ms = 5000;
-	d->pool_fd = d->listen_fd = d->admin_fd = d->signal_fd = -1;
+	d->listen_fd = d->admin_fd = d->signal_fd = -1;
 	d->lock_fds[0] = d->lock_fds[1] = -1;
 	if (parse_args(&d->cfg, argc, argv))
 		return 2;
@@ -573,8 +565,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	kvd_tenants_apply(d);
-	d->pool_fd = host_pool_create(&d->cfg, d->cfg.pool_bytes, &d->pool_map);
-	if (d->pool_fd < 0)
+	if (host_pool_create(d))
 		goto out;
 	d->signal_fd = signals_setup();
 	if (d->signal_fd < 0) {
@@ -612,8 +603,7 @@ out:
 		unlink(sock_path);
 	if (d->admin_bound)
 		unlink(admin_path);
-	if (d->pool_map)
-		munmap(d->pool_map, d->cfg.pool_bytes);
+	kvd_extents_destroy(d);
 	free(sock_path);
 	free(admin_path);
 	kvd_conf_free(&d->conf);

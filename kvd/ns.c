@@ -245,7 +245,8 @@ static int slab_new(struct kvd_ns *ns)
 	if (over_quota(&ns->acct, ns->slab_pages) ||
 	    (ns->tacct && over_quota(ns->tacct, ns->slab_pages)))
 		return -EDQUOT;
-	page = kvd_pool_alloc_run(ns->pool, ns->slab_pages, ns->slab_align);
+	page = kvd_pool_alloc_run_for(ns->pool, ns->slab_pages, ns->slab_align,
+				      (int32_t)ns->tenant);
 	if (page < 0)
 		return (int)page;
 	if (ns->free_slab != KVD_NIL) {

@@ -58,7 +58,76 @@ int kvd_pool_init(struct kvd_pool *pool, uint32_t nr_pages)
 void kvd_pool_exit(struct kvd_pool *pool)
 {
 	free(pool->used);
+	free(pool->ext_owner);
+	free(pool->ext_last);
+	free(pool->ext_used);
 	pool->used = NULL;
+	pool->ext_owner = pool->ext_last = NULL;
+	pool->ext_used = NULL;
+}
+
+/*
+ * kvd_pool_set_extents - split the pool into extents of @extent_pages
+ * (the last may be shorter). From then on a run of pages is only given
+ * to an owner whose extents it touches are its own or unused, so no two
+ * tenants ever share an extent (DESIGN.md: isolation by extents).
+ */
+int kvd_pool_set_extents(struct kvd_pool *pool, uint32_t extent_pages)
+{
+	uint32_t n;
+
+	if (!extent_pages)
+		return -EINVAL;
+	n = (pool->nr_pages + extent_pages - 1) / extent_pages;
+	pool->ext_owner = malloc(n * sizeof(*pool->ext_owner));
+	pool->ext_last = malloc(n * sizeof(*pool->ext_last));
+	pool->ext_used = calloc(n, sizeof(*pool->ext_used));
+	if (!pool->ext_owner || !pool->ext_last || !pool->ext_used)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		pool->ext_owner[i] = pool->ext_last[i] = KVD_EXT_FREE;
+	pool->extent_pages = extent_pages;
+	pool->nr_extents = n;
+	return 0;
+}
+
+/* May @owner use pages [first, first + nr)? Their extents must agree. */
+static bool extents_allow(const struct kvd_pool *pool, uint64_t first,
+			  uint32_t nr, int32_t owner)
+{
+	if (!pool->nr_extents || owner == KVD_EXT_ANY)
+		return true;
+	for (uint64_t e = first / pool->extent_pages;
+	     e <= (first + nr - 1) / pool->extent_pages; e++)
+		if (pool->ext_owner[e] != KVD_EXT_FREE &&
+		    pool->ext_owner[e] != owner)
+			return false;
+	return true;
+}
+
+/* Charge pages to their extents; +1 or -1 per page. */
+static int extents_charge(struct kvd_pool *pool, uint32_t first, uint32_t nr,
+			  int32_t owner, int sign)
+{
+	int ret = 0;
+
+	if (!pool->nr_extents)
+		return 0;
+	for (uint32_t p = first; p < first + nr; p++) {
+		uint32_t e = p / pool->extent_pages;
+
+		if (sign > 0 && pool->ext_used[e]++ == 0 &&
+		    owner != KVD_EXT_ANY) {
+			pool->ext_owner[e] = owner;
+			if (pool->on_claim && pool->ext_last[e] != owner &&
+			    pool->on_claim(pool, e, owner))
+				ret = -EIO;
+			pool->ext_last[e] = owner;
+		}
+		if (sign < 0 && --pool->ext_used[e] == 0)
+			pool->ext_owner[e] = KVD_EXT_FREE;
+	}
+	return ret;
 }
 
 bool kvd_pool_page_used(const struct kvd_pool *pool, uint32_t page)
@@ -73,6 +142,17 @@ bool kvd_pool_page_used(const struct kvd_pool *pool, uint32_t page)
  */
 int64_t kvd_pool_alloc_run(struct kvd_pool *pool, uint32_t nr, uint32_t align)
 {
+	return kvd_pool_alloc_run_for(pool, nr, align, KVD_EXT_ANY);
+}
+
+/*
+ * kvd_pool_alloc_run_for - as kvd_pool_alloc_run, for tenant @owner: only
+ * runs whose extents are @owner's or unused; they become @owner's. -EIO
+ * when an extent could not be handed over (on_claim failed).
+ */
+int64_t kvd_pool_alloc_run_for(struct kvd_pool *pool, uint32_t nr,
+			       uint32_t align, int32_t owner)
+{
 	uint64_t start = 0;
 
 	if (!nr || !align)
@@ -86,7 +166,14 @@ int64_t kvd_pool_alloc_run(struct kvd_pool *pool, uint32_t nr, uint32_t align)
 				break;
 			}
 		}
+		if (busy == UINT64_MAX && !extents_allow(pool, start, nr, owner))
+			busy = start;	/* step on to the next aligned start */
 		if (busy == UINT64_MAX) {
+			if (extents_charge(pool, (uint32_t)start, nr, owner, 1)) {
+				extents_charge(pool, (uint32_t)start, nr, owner,
+					       -1);
+				return -EIO;
+			}
 			assign_bits(pool->used, (uint32_t)start, nr, true);
 			pool->pages_used += nr;
 			if (pool->pages_used > pool->peak_pages_used)
@@ -104,5 +191,6 @@ void kvd_pool_free_run(struct kvd_pool *pool, uint32_t first, uint32_t nr)
 	for (uint32_t p = first; p < first + nr; p++)
 		kvd_warn_on_once(!test_bit(pool->used, p));
 	assign_bits(pool->used, first, nr, false);
+	extents_charge(pool, first, nr, KVD_EXT_ANY, -1);
 	pool->pages_used -= nr;
 }

@@ -16,6 +16,19 @@ struct kvd_pool {
 	uint32_t	pages_used;
 	uint32_t	peak_pages_used;
 	unsigned long	*used;		/* bitmap, 1 = page belongs to a slab */
+	/*
+	 * Extents: the pool in runs of extent_pages, each owned by one
+	 * tenant while any of its pages is in use (nr_extents 0: one
+	 * extent, no owners). on_claim runs when an extent changes owner.
+	 */
+	uint32_t	extent_pages;
+	uint32_t	nr_extents;
+	int32_t		*ext_owner;	/* tenant, KVD_EXT_FREE when unused */
+	int32_t		*ext_last;	/* the tenant that last held it */
+	uint32_t	*ext_used;	/* pages in use */
+	int		(*on_claim)(struct kvd_pool *pool, uint32_t ext,
+				    int32_t owner);
+	void		*priv;
 	/* every namespace slot, for reclaim across them (NULL: none) */
 	struct kvd_ns	*ns;
 	uint32_t	nr_ns;
@@ -25,7 +38,13 @@ struct kvd_pool {
 
 int kvd_pool_init(struct kvd_pool *pool, uint32_t nr_pages);
 void kvd_pool_exit(struct kvd_pool *pool);
+#define KVD_EXT_FREE	(-1)
+#define KVD_EXT_ANY	(-2)	/* owner argument: ignore ownership */
+
+int kvd_pool_set_extents(struct kvd_pool *pool, uint32_t extent_pages);
 int64_t kvd_pool_alloc_run(struct kvd_pool *pool, uint32_t nr, uint32_t align);
+int64_t kvd_pool_alloc_run_for(struct kvd_pool *pool, uint32_t nr,
+			       uint32_t align, int32_t owner);
 void kvd_pool_free_run(struct kvd_pool *pool, uint32_t first, uint32_t nr);
 bool kvd_pool_page_used(const struct kvd_pool *pool, uint32_t page);
 

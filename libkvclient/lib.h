@@ -12,13 +12,15 @@ struct kv_client {
 	int		ring_fd;
 	int		sq_evfd;	/* doorbell to kvd */
 	int		cq_evfd;	/* kvd's wake-up */
-	int		pool_fd;
 	bool		dead;		/* kvd went away: every call fails */
 
 	void		*ring;
 	size_t		ring_bytes;
-	void		*pool;
+	void		*pool;		/* the reserved range; extents mapped in */
 	uint64_t	pool_bytes;
+	uint64_t	extent_bytes;
+	uint32_t	nr_extents;
+	uint32_t	*ext_gen;	/* gen mapped per extent, 0: none */
 	uint64_t	block_bytes;
 	uint64_t	slab_bytes;
 	uint32_t	max_blocks;
@@ -41,6 +43,7 @@ struct kv_client {
 };
 
 int __kv_wait(struct kv_client *c, int64_t timeout_ns);
+int __kv_recv_extents(struct kv_client *c);
 int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto);
 
 #endif /* KV_LIB_H */

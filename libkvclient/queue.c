@@ -159,8 +159,9 @@ int __kv_wait(struct kv_client *c, int64_t timeout_ns)
 			ret = -errno;
 			break;
 		}
-		/* kvd never writes after WELCOME: readable means hung up. */
-		if (pfd[1].revents) {
+		/* kvd writes only EXTENT messages after WELCOME; a hang-up
+		 * shows as a read of 0 bytes. */
+		if (pfd[1].revents && __kv_recv_extents(c) < 0) {
 			c->dead = true;
 			ret = cq_ready(c) ? 0 : -ECONNRESET;
 			break;

@@ -81,9 +81,9 @@ static int send_hello(int fd, const struct kv_connect_params *p)
 }
 
 /* Receive WELCOME and its four fds. Closes any fds on error. */
-static int recv_welcome(int fd, struct kv_welcome *w, int fds[4])
+static int recv_welcome(int fd, struct kv_welcome *w, int fds[3])
 {
-	char cbuf[CMSG_SPACE(4 * sizeof(int))];
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
 	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
 	struct msghdr msg = {
 		.msg_iov = &iov, .msg_iovlen = 1,
@@ -99,8 +99,8 @@ static int recv_welcome(int fd, struct kv_welcome *w, int fds[4])
 	cm = CMSG_FIRSTHDR(&msg);
 	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
 		nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		if (nfds > 4)
-			nfds = 4;
+		if (nfds > 3)
+			nfds = 3;
 		memcpy(fds, CMSG_DATA(cm), nfds * sizeof(int));
 	}
 	if (n == 0)
@@ -114,7 +114,9 @@ static int recv_welcome(int fd, struct kv_welcome *w, int fds[4])
 		n = w->status < 0 ? w->status : -EPROTO;
 		goto err_close;
 	}
-	if (nfds != 4) {
+	if (nfds != 3 || !(w->features & KV_FEAT_EXTENTS) || !w->nr_extents ||
+	    !w->extent_bytes || w->extent_bytes % KV_PAGE_BYTES ||
+	    (w->nr_extents - 1) * w->extent_bytes >= w->pool_bytes) {
 		n = -EPROTO;
 		goto err_close;
 	}
@@ -185,7 +187,7 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 {
 	struct kv_welcome w;
 	struct kv_client *c;
-	int fds[4], ret;
+	int fds[3], ret;
 
 	if (!out)
 		return -EINVAL;
@@ -217,18 +219,31 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->ring_fd = fds[0];
 	c->sq_evfd = fds[1];
 	c->cq_evfd = fds[2];
-	c->pool_fd = fds[3];
 	ret = map_ring(c, &w);
 	if (ret)
 		goto err_close_fds;
-	c->pool = mmap(NULL, w.pool_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-		       c->pool_fd, 0);
-	if (c->pool == MAP_FAILED) {
-		ret = -errno;
-		set_err(p, "cannot map the pool%s", "");
+	/* One address range for the pool; extents come mapped into it. */
+	c->pool = mmap(NULL, w.pool_bytes, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	c->ext_gen = calloc(w.nr_extents, sizeof(*c->ext_gen));
+	if (c->pool == MAP_FAILED || !c->ext_gen) {
+		ret = c->pool == MAP_FAILED ? -errno : -ENOMEM;
+		set_err(p, "cannot reserve the pool's address range%s", "");
+		if (c->pool != MAP_FAILED)
+			munmap(c->pool, w.pool_bytes);
+		free(c->ext_gen);
 		goto err_unmap_ring;
 	}
 	c->pool_bytes = w.pool_bytes;
+	c->extent_bytes = w.extent_bytes;
+	c->nr_extents = w.nr_extents;
+	ret = __kv_recv_extents(c);
+	if (ret < 0) {
+		set_err(p, "cannot map the pool's extents%s", "");
+		munmap(c->pool, c->pool_bytes);
+		free(c->ext_gen);
+		goto err_unmap_ring;
+	}
 	c->block_bytes = w.block_bytes;
 	c->slab_bytes = w.slab_bytes;
 	c->max_blocks = w.max_blocks;
@@ -243,7 +258,7 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 err_unmap_ring:
 	munmap(c->ring, c->ring_bytes);
 err_close_fds:
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 3; i++)
 		close(fds[i]);
 err_close_sock:
 	close(c->sock);
@@ -258,7 +273,7 @@ int kv_disconnect(struct kv_client *c)
 		return -EINVAL;
 	munmap(c->pool, c->pool_bytes);
 	munmap(c->ring, c->ring_bytes);
-	close(c->pool_fd);
+	free(c->ext_gen);
 	close(c->cq_evfd);
 	close(c->sq_evfd);
 	close(c->ring_fd);
@@ -285,11 +300,80 @@ int kv_pool_info(const struct kv_client *c, struct kv_pool_info *info)
 	return 0;
 }
 
+/*
+ * Pure arithmetic, except the first time a block of an extent that kvd
+ * has sent but this process has not mapped yet is asked for: kvd sends
+ * an extent before any completion names a block inside it, so the
+ * message is already queued on the control socket.
+ */
 void *kv_block_ptr(const struct kv_client *c, kv_block_t id)
 {
+	struct kv_client *mc = (struct kv_client *)c;
+	uint64_t off;
+
 	if (!c || id >= c->max_blocks)
 		return NULL;
-	return (uint8_t *)c->pool + (uint64_t)id * c->block_bytes;
+	off = (uint64_t)id * c->block_bytes;
+	if (!c->ext_gen[off / c->extent_bytes] ||
+	    !c->ext_gen[(off + c->block_bytes - 1) / c->extent_bytes]) {
+		__kv_recv_extents(mc);
+		if (!c->ext_gen[off / c->extent_bytes] ||
+		    !c->ext_gen[(off + c->block_bytes - 1) / c->extent_bytes])
+			return NULL;
+	}
+	return (uint8_t *)c->pool + off;
+}
+
+/*
+ * Map every EXTENT message queued on the control socket. Returns the
+ * number mapped, or -ECONNRESET when kvd closed the socket (the client
+ * is then dead), or another -errno.
+ */
+int __kv_recv_extents(struct kv_client *c)
+{
+	int n = 0;
+
+	for (;;) {
+		char cbuf[CMSG_SPACE(sizeof(int))];
+		struct kv_extent_msg m;
+		struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
+		struct msghdr msg = {
+			.msg_iov = &iov, .msg_iovlen = 1,
+			.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
+		};
+		struct cmsghdr *cm;
+		ssize_t r;
+		int fd = -1;
+		void *at;
+
+		r = recvmsg(c->sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (r < 0)
+			return errno == EAGAIN ? n : -errno;
+		if (r == 0) {
+			c->dead = true;
+			return -ECONNRESET;
+		}
+		cm = CMSG_FIRSTHDR(&msg);
+		if (cm && cm->cmsg_type == SCM_RIGHTS)
+			memcpy(&fd, CMSG_DATA(cm), sizeof(fd));
+		if (r != sizeof(m) || m.magic != KV_MAGIC ||
+		    m.type != KV_MSG_EXTENT || fd < 0 ||
+		    m.index >= c->nr_extents ||
+		    m.offset != (uint64_t)m.index * c->extent_bytes ||
+		    m.bytes > c->extent_bytes ||
+		    m.offset + m.bytes > c->pool_bytes) {
+			if (fd >= 0)
+				close(fd);
+			continue;	/* not for us: skip it */
+		}
+		at = mmap((uint8_t *)c->pool + m.offset, m.bytes,
+			  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+		close(fd);	/* the mapping keeps the extent */
+		if (at == MAP_FAILED)
+			return -errno;
+		c->ext_gen[m.index] = m.gen ? m.gen : 1;
+		n++;
+	}
 }
 
 void *kv_data_ptr(const struct kv_client *c, uint32_t off, uint32_t len)

@@ -16,8 +16,8 @@
 #include <linux/types.h>
 #include <stddef.h>
 
-#define KV_ABI_MAJOR		1
-#define KV_ABI_MINOR		2	/* 1: LOOKUP, ALLOC_PREFIX, COMMIT; 2: tp, rev */
+#define KV_ABI_MAJOR		2	/* 2: the pool comes as extents */
+#define KV_ABI_MINOR		0
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -33,6 +33,7 @@
 enum {
 	KV_MSG_HELLO		= 1,	/* client -> kvd: struct kv_hello */
 	KV_MSG_WELCOME		= 2,	/* kvd -> client: struct kv_welcome + fds */
+	KV_MSG_EXTENT		= 3,	/* kvd -> client: struct kv_extent_msg + fd */
 	KV_MSG_ADMIN		= 16,	/* kvctl -> kvd admin socket: struct kv_admin_req */
 	KV_MSG_ADMIN_REPLY	= 17,	/* kvd -> kvctl */
 };
@@ -119,7 +120,8 @@ enum {
 /*
  * WELCOME: kvd's answer. On success (status == 0) the ancillary data holds,
  * in this order, the ring memfd, the submit doorbell eventfd (client ->
- * kvd), the completion eventfd (kvd -> client) and the pool memfd.
+ * kvd) and the completion eventfd (kvd -> client); the pool's extents of
+ * the client's tenant follow as EXTENT messages (isolation by extents).
  * On failure status is a negative errno, errmsg says why, no fd is passed
  * and kvd closes the socket.
  */
@@ -141,10 +143,31 @@ struct kv_welcome {
 	__u32	features;	/* KV_FEAT_* */
 	struct kv_ring_offsets ring;
 	char	errmsg[KV_ERRMSG_MAX];
-	__u64	resv[4];
+	__u64	extent_bytes;	/* the pool in extents of this size (last shorter) */
+	__u32	nr_extents;
+	__u32	resv0;
+	__u64	resv[2];
+};
+
+/*
+ * EXTENT: one extent of the pool for this client's tenant, its memfd by
+ * SCM_RIGHTS, to be mapped at pool offset @offset. kvd sends it before
+ * any completion names a block inside it; a later one for the same
+ * index (a higher gen) replaces the mapping.
+ */
+struct kv_extent_msg {
+	__u32	magic;
+	__u32	type;		/* KV_MSG_EXTENT */
+	__u32	size;
+	__u32	index;
+	__u64	offset;
+	__u64	bytes;
+	__u32	gen;
+	__u32	resv;
 };
 
 #define KV_FEAT_NEED_WAKEUP	(1U << 0)	/* NEED_WAKEUP flags honoured */
+#define KV_FEAT_EXTENTS		(1U << 1)	/* pool sent as EXTENT messages */
 
 /* SQ flags, written by kvd. */
 #define KV_SQ_NEED_WAKEUP	(1U << 0)	/* kvd sleeps: ring the doorbell */

@@ -121,15 +121,24 @@ static int stranger(void)
 	return 0;
 }
 
-/* bob takes 8 pages of blocks, caches them, and leaves them cached. */
+static int go[2], ready[2];
+
+/*
+ * bob takes 8 pages of blocks, caches them and stays connected. When
+ * alice has taken his extents over and written 0xa5 everywhere in her
+ * blocks, none of it may show through bob's (old) mappings.
+ */
 static int bob_fills(void)
 {
 	struct kv_client *c;
 	kv_block_t ids[512];
 	struct kv_commit e;
+	char b;
 
 	if (t_connect(&k, "model-a", NULL, &c) || kv_alloc(c, 512, ids) != 512)
 		return 1;
+	for (int i = 0; i < 512; i++)
+		memset(kv_block_ptr(c, ids[i]), 0xb0, BLK);
 	for (int i = 0; i < 512; i++) {
 		e = (struct kv_commit){ .id = ids[i] };
 		memcpy(e.hash.b, &i, sizeof(i));
@@ -139,7 +148,18 @@ static int bob_fills(void)
 	}
 	if (kv_release(c, ids, 512) != 512)
 		return 3;
-	return 0;	/* exits: blocks stay cached, pages stay bob's */
+	(void)!write(ready[1], "r", 1);
+	if (read(go[0], &b, 1) != 1)
+		return 4;
+	for (int i = 0; i < 512; i++) {
+		const uint8_t *p = kv_block_ptr(c, ids[i]);
+
+		for (int j = 0; p && j < BLK; j++)
+			if (p[j] == 0xa5)
+				return 5;	/* alice's bytes: isolation broken */
+	}
+	kv_disconnect(c);
+	return 0;
 }
 
 static int admin_refused(void)
@@ -200,6 +220,26 @@ static void privilege_drop(void)
 	t_kvd_stop(&p);
 }
 
+/*
+ * 16 pages: bob 8, alice 1 (cached), 7 free. alice takes 12: the 7 free
+ * ones, her own cached blocks, then bob's coldest pages, and writes 0xa5
+ * over every block she got.
+ */
+static void flow(struct kv_client *a1)
+{
+	kv_block_t ids[256], x;
+
+	for (int i = 0; i < 3; i++) {
+		T_EQ(kv_alloc(a1, 256, ids), 256);
+		for (int j = 0; j < 256; j++)
+			memset(kv_block_ptr(a1, ids[j]), 0xa5, BLK);
+	}
+	T_EQ(tenant_pages("alice"), 12);
+	T_EQ(tenant_pages("bob"), 4);		/* reclaimed down to his min */
+	T_EQ(kv_alloc(a1, 1, &x), -EDQUOT);	/* alice at her max */
+	T_ASSERT(jint("status", "reclaims") > 0);	/* bob's cached blocks */
+}
+
 int main(void)
 {
 	struct kv_client *a1, *a2;
@@ -240,16 +280,25 @@ int main(void)
 	T_EQ(kv_release(a2, ids, 128), 128);
 
 	/* Pages flow: bob caches 8 pages, then alice needs them. */
-	T_EQ(as_uid(NOBODY, bob_fills), 0);
-	T_EQ(tenant_pages("bob"), 8);
-	/* 16 pages: bob 8, alice 1 (cached), 7 free. alice takes 12: the 7
-	 * free ones, her own cached blocks, then bob's coldest pages. */
-	for (int i = 0; i < 3; i++)
-		T_EQ(kv_alloc(a1, 256, ids), 256);
-	T_EQ(tenant_pages("alice"), 12);
-	T_EQ(tenant_pages("bob"), 4);		/* reclaimed down to his min */
-	T_EQ(kv_alloc(a1, 1, &x), -EDQUOT);	/* alice at her max */
-	T_ASSERT(jint("status", "reclaims") > 0);	/* bob's cached blocks */
+	T_ASSERT(!pipe(go) && !pipe(ready));
+	{
+		pid_t bob = fork();
+		char b;
+		int status;
+
+		if (bob == 0) {
+			if (setgid(NOBODY) || setuid(NOBODY))
+				_exit(100);
+			_exit(bob_fills());
+		}
+		T_EQ(read(ready[0], &b, 1), 1);
+		T_EQ(tenant_pages("bob"), 8);
+		flow(a1);
+		T_EQ(write(go[1], "g", 1), 1);
+		T_EQ(waitpid(bob, &status, 0), bob);
+		T_ASSERT(WIFEXITED(status));
+		T_EQ(WEXITSTATUS(status), 0);
+	}
 
 	/* Reload: alice's max up, bob's min gone; clients stay. */
 	{
