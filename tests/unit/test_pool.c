@@ -332,6 +332,53 @@ static void test_pool_random_vs_model(void **state)
 	}
 }
 
+static int32_t claims[8];
+static int nr_claims;
+
+static int record_claim(struct kvd_pool *pool, uint32_t ext, int32_t owner)
+{
+	(void)pool;
+	claims[nr_claims++ % 8] = (int32_t)(ext << 8) | owner;
+	return 0;
+}
+
+/*
+ * Extents of 4 pages: a tenant only gets runs in extents that are its
+ * own or unused; an extent is free again when its last page is; the
+ * claim hook runs when an extent starts being used by a tenant.
+ */
+static void test_pool_extents_keep_tenants_apart(void **state)
+{
+	struct ctx *t = *state;
+
+	assert_int_equal(kvd_pool_init(&t->pool, 16), 0);
+	assert_int_equal(kvd_pool_set_extents(&t->pool, 4), 0);
+	assert_int_equal(t->pool.nr_extents, 4);
+	t->pool.on_claim = record_claim;
+	nr_claims = 0;
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 1, 1, 1), 0);
+	assert_int_equal(t->pool.ext_owner[0], 1);
+	/* tenant 2 may not share extent 0: its run starts in extent 1 */
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 2, 1, 2), 4);
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 1, 1, 1), 1);
+	/* a 3-page run for tenant 1 does not fit extent 0's rest (2 pages)
+	 * and may not touch extent 1: it goes to extent 2 */
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 3, 1, 1), 8);
+	assert_int_equal(nr_claims, 3);		/* extents 0, 1, 2 */
+	/* runs may span two extents of one tenant, never another's */
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 2, 1, 2), 6);
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 4, 1, 2), 12);
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 1, 1, 2), -ENOSPC);
+	/* extent 1 goes free with its last page, then tenant 1 may have it */
+	kvd_pool_free_run(&t->pool, 4, 2);
+	kvd_pool_free_run(&t->pool, 6, 2);
+	assert_int_equal(t->pool.ext_owner[1], KVD_EXT_FREE);
+	assert_int_equal(t->pool.ext_last[1], 2);
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 4, 4, 1), 4);
+	assert_int_equal(t->pool.ext_owner[1], 1);
+	assert_int_equal(claims[(nr_claims - 1) % 8], (1 << 8) | 1);
+}
+
 #define T(f)	cmocka_unit_test_setup_teardown(f, ctx_setup, ctx_teardown)
 
 int main(void)
@@ -348,6 +395,7 @@ int main(void)
 		T(test_pool_word_boundaries),
 		T(test_pool_fragmentation),
 		T(test_pool_random_vs_model),
+		T(test_pool_extents_keep_tenants_apart),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
