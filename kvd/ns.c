@@ -26,6 +26,22 @@
 #define KVD_SLAB_MAX_LCM_PAGES	64	/* beyond: plain-page slabs */
 #define KVD_SLAB_WASTE_PCT	2
 
+/*
+ * Pages in a slab of @bb-byte blocks: lcm(page, bb) when that is at most
+ * 64 pages (no waste); else plain pages, enough that the partial blocks
+ * at both ends (< 2 blocks) waste under 2%.
+ */
+static uint64_t slab_pages_for(uint64_t bb)
+{
+	uint64_t lcm = KV_PAGE_BYTES / kvd_gcd(KV_PAGE_BYTES, bb) * bb;
+
+	/* lcm == bb: whole pages per block, one block a slab, no waste */
+	if (lcm / KV_PAGE_BYTES <= KVD_SLAB_MAX_LCM_PAGES || lcm == bb)
+		return lcm / KV_PAGE_BYTES;
+	return (2 * 100 / KVD_SLAB_WASTE_PCT * bb + KV_PAGE_BYTES - 1) /
+	       KV_PAGE_BYTES;
+}
+
 int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		       const char **why)
 {
@@ -65,6 +81,10 @@ int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		*why = "more than 2^26 blocks of this size fit the pool: use larger blocks";
 		return -E2BIG;
 	}
+	if (slab_pages_for(bb) * KV_PAGE_BYTES > pool_bytes) {
+		*why = "one slab of such blocks is larger than the pool";
+		return -E2BIG;
+	}
 	return 0;
 }
 
@@ -101,15 +121,9 @@ static void ns_slab_geometry(struct kvd_ns *ns)
 	uint64_t bb = ns->block_bytes;
 	uint64_t lcm = KV_PAGE_BYTES / kvd_gcd(KV_PAGE_BYTES, bb) * bb;
 
-	if (lcm / KV_PAGE_BYTES <= KVD_SLAB_MAX_LCM_PAGES) {
-		ns->slab_pages = lcm / KV_PAGE_BYTES;
-		ns->slab_align = ns->slab_pages;
-		return;
-	}
-	/* Head and tail waste < 2 blocks: make that under 2% of the run. */
-	ns->slab_pages = (2 * 100 / KVD_SLAB_WASTE_PCT * bb +
-			  KV_PAGE_BYTES - 1) / KV_PAGE_BYTES;
-	ns->slab_align = 1;
+	ns->slab_pages = slab_pages_for(bb);
+	ns->slab_align = lcm / KV_PAGE_BYTES == ns->slab_pages ?
+			 ns->slab_pages : 1;
 }
 
 /*
@@ -165,7 +179,8 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	if (!ns->blocks || !ns->slabs)
 		goto err_free;
 	/* Each block has one holder mostly; shared ones more (fork, REF). */
-	ret = holds_init(&ns->holds, 2 * ns->max_blocks + 1024);
+	/* Shared prefixes give one block many holders: room for that. */
+	ret = holds_init(&ns->holds, 4 * ns->max_blocks + 4096);
 	if (ret)
 		goto err_free;
 	ret = kvd_prefix_init(ns);
@@ -437,11 +452,17 @@ static void hold_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
 	hr->nr_blocks--;
 }
 
-/* One more ref on @id for @hr, which may or may not hold it already. */
+/*
+ * One more ref on @id for @hr, which may or may not hold it already.
+ * -EOVERFLOW at KVD_REF_MAX refs (far below 2^32: nothing ever wraps),
+ * -ENOMEM when the hold table is full.
+ */
 int __kvd_hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
 {
 	uint32_t h = hold_find(&ns->holds, hr->slot, id);
 
+	if (ns->blocks[id].ref >= KVD_REF_MAX)
+		return -EOVERFLOW;
 	if (h != KVD_NIL) {
 		ns->holds.nodes[h].count++;
 		hr->nr_refs++;
@@ -543,6 +564,8 @@ static uint64_t can_alloc(const struct kvd_ns *ns)
 		if (o->live && o != ns)
 			other += (uint64_t)o->cached_blocks * o->block_bytes;
 	}
+	/* Free pages count in whole slabs of this geometry only. */
+	free_pages -= free_pages % ns->slab_pages;
 	return (uint64_t)ns->nr_blocks - ns->blocks_used +
 	       (free_pages * KV_PAGE_BYTES + other) / ns->block_bytes;
 }
@@ -636,7 +659,7 @@ int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *hr, const uint32_t *ids,
 		h = hold_find(hs, hr->slot, ids[i]);
 		if (h == KVD_NIL)
 			return -EPERM;
-		if (ns->blocks[ids[i]].ref > UINT32_MAX - nr)
+		if (ns->blocks[ids[i]].ref > KVD_REF_MAX - nr)
 			return -EOVERFLOW;
 	}
 	for (i = 0; i < nr; i++) {

@@ -9,6 +9,9 @@
 #include "kvd.h"
 #include "pool.h"
 
+/* Refs on one block, holds included: far from wrapping a u32. */
+#define KVD_REF_MAX		(1U << 30)
+
 /* Block ids of a namespace: bounded so its books stay reasonable. */
 #define KVD_NS_MAX_BLOCKS	(1U << 26)
 

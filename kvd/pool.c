@@ -157,6 +157,8 @@ int64_t kvd_pool_alloc_run_for(struct kvd_pool *pool, uint32_t nr,
 
 	if (!nr || !align)
 		return -EINVAL;
+	if (pool->pages_used + (uint64_t)nr > pool->nr_pages)
+		return -ENOSPC;	/* full: no scan (eviction calls this a lot) */
 	while (start + nr <= pool->nr_pages) {
 		uint64_t busy = UINT64_MAX;
 

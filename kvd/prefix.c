@@ -263,9 +263,8 @@ int kvd_prefix_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
 		struct kv_hash key = key_of(ns, &hashes[h]);
 		uint32_t id = index_find(ns, &key);
 
-		if (id == KVD_NIL)
-			break;
-		__kvd_hold_get(ns, hr, id);
+		if (id == KVD_NIL || __kvd_hold_get(ns, hr, id))
+			break;	/* a miss, or a block at KVD_REF_MAX refs */
 		ids[h] = id;
 	}
 	ns->hit_blocks += h;
@@ -379,7 +378,10 @@ int kvd_prefix_commit(struct kvd_ns *ns, struct kvd_holder *hr,
 		}
 		/* Take the cached block first: the hold table has room for
 		 * the swap, as ours is dropped right after. */
-		__kvd_hold_get(ns, hr, have);	/* room checked above */
+		/* Room was checked above; only KVD_REF_MAX can refuse: the
+		 * block then stays the caller's, uncommitted (flags 0). */
+		if (__kvd_hold_get(ns, hr, have))
+			continue;
 		__kvd_hold_put(ns, hr, e[i].id);
 		e[i].id = have;
 		e[i].flags = KV_COMMIT_DEDUP;

@@ -192,7 +192,7 @@ static void test_ns_geometry_check_ok(void **state)
 	(void)state;
 	assert_int_equal(kvd_geometry_check(&g_2m, 4 * MIB, &why), 0);
 	assert_int_equal(kvd_geometry_check(&g_5m, 10 * MIB, &why), 0);
-	assert_int_equal(kvd_geometry_check(&g_512k, 1 * MIB, &why), 0);
+	assert_int_equal(kvd_geometry_check(&g_512k, 2 * MIB, &why), 0);
 	assert_int_equal(kvd_geometry_check(&g_odd, 1 << 30, &why), 0);
 	/* Exactly 1 GiB, and every count at its limit of 1024. */
 	g = (struct kv_geometry)GEOM(1024, 8, 128, 256, KV_DTYPE_FP16);

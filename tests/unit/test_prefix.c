@@ -181,6 +181,34 @@ static void test_prefix_commit_dedup_refs(void **state)
 	ctx_free(t);
 }
 
+/* A block at KVD_REF_MAX refs is never hit, ref'd or deduped into. */
+static void test_prefix_ref_never_wraps(void **state)
+{
+	struct ctx *t = ctx_new(2);
+	uint32_t a, b, hit;
+	struct kv_hash h = H(77);
+	struct kv_commit e;
+
+	(void)state;
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], &a, 1), 1);
+	commit_chain(t, 0, &a, 1, 77);
+	/* pretend h0 took KVD_REF_MAX - 1 more refs (REF would take 30 s) */
+	t->ns.blocks[a].ref = KVD_REF_MAX;
+	assert_int_equal(kvd_prefix_lookup(&t->ns, &t->h[1], &h, 1, &hit), 0);
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], &a, 1), -EOVERFLOW);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], &b, 1), 1);
+	e = (struct kv_commit){ .id = b, .hash = h };
+	assert_int_equal(kvd_prefix_commit(&t->ns, &t->h[1], &e, 1), 1);
+	assert_int_equal(e.id, b);		/* kept its own block */
+	assert_int_equal(e.flags, 0);
+	assert_int_equal(t->ns.blocks[a].ref, KVD_REF_MAX);
+	t->ns.blocks[a].ref = 1;
+	kvd_ns_release_all(&t->ns, &t->h[0]);
+	kvd_ns_release_all(&t->ns, &t->h[1]);
+	check(t);
+	ctx_free(t);
+}
+
 static uint64_t rng = 88172645463325252ULL;
 
 static uint32_t rnd(uint32_t n)
@@ -289,6 +317,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_alloc_all_or_nothing),
 		cmocka_unit_test(test_prefix_commit_dedup_refs),
 		cmocka_unit_test(test_prefix_random_books),
+		cmocka_unit_test(test_prefix_ref_never_wraps),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
