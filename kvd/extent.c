@@ -19,6 +19,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <kv/barrier.h>
+
 #include "daemon.h"
 
 static uint64_t ext_off(const struct kvd *d, uint32_t e)
@@ -132,6 +134,11 @@ static int send_extent(struct kvd *d, struct kvd_client *c, uint32_t e)
 	if (sendmsg(c->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
 		return -errno;
 	c->ext_sent[e] = d->ext_gen[e];
+	/* Tell the library to read it before it touches the extent: it
+	 * may still map an older memfd of this index. Published with the
+	 * CQEs that follow (release), so seen before they are. */
+	if (c->sq_kflags)
+		kv_atomic_or(c->sq_kflags, KV_SQ_EXTENTS);
 	return 0;
 }
 

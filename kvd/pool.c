@@ -119,8 +119,9 @@ static int extents_charge(struct kvd_pool *pool, uint32_t first, uint32_t nr,
 		if (sign > 0 && pool->ext_used[e]++ == 0 &&
 		    owner != KVD_EXT_ANY) {
 			pool->ext_owner[e] = owner;
-			if (pool->on_claim && pool->ext_last[e] != owner &&
-			    pool->on_claim(pool, e, owner))
+			/* every claim: clients that joined while the extent
+			 * was free must get it too (on_claim knows who) */
+			if (pool->on_claim && pool->on_claim(pool, e, owner))
 				ret = -EIO;
 			pool->ext_last[e] = owner;
 		}

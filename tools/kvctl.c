@@ -380,7 +380,7 @@ static const char *hint(int err)
 		return " (kvd accepted but did not answer in 5 s)";
 	case -EPIPE:
 	case -ECONNRESET:
-		return " (kvd closed the connection: too many admin connections at once?)";
+		return " (kvd closed the connection: not root, kvd's user or in its admin group? or too many admin connections at once)";
 	case -EPROTO:
 		return " (is this kvd's admin socket?)";
 	}

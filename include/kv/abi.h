@@ -172,6 +172,7 @@ struct kv_extent_msg {
 /* SQ flags, written by kvd. */
 #define KV_SQ_NEED_WAKEUP	(1U << 0)	/* kvd sleeps: ring the doorbell */
 #define KV_SQ_CQ_FULL		(1U << 1)	/* kvd waits for CQ room: ring after reaping */
+#define KV_SQ_EXTENTS		(1U << 2)	/* EXTENT messages queued: read them */
 
 /* CQ flags, written by the client. */
 #define KV_CQ_NEED_WAKEUP	(1U << 0)	/* client sleeps: write the cq eventfd */

@@ -82,6 +82,20 @@ int main(void)
 	}
 	T_EQ(kv_stats(c, &st), 0);
 	T_EQ(st.client_blocks, 0);
+	/* A second client connects while the extent is free, then its
+	 * tenant takes the extent again: it must get it too. */
+	{
+		struct kv_client *c2;
+
+		T_EQ(t_connect(&k, "llama-test", NULL, &c2), 0);
+		T_EQ(kv_alloc(c2, 2, ids), 2);
+		T_ASSERT(kv_block_ptr(c2, ids[0]) && kv_block_ptr(c2, ids[1]));
+		T_ASSERT(kv_block_ptr(c, ids[0]));	/* and the first one */
+		memset(kv_block_ptr(c2, ids[0]), 7, info.block_bytes);
+		T_EQ(*(uint8_t *)kv_block_ptr(c, ids[0]), 7);
+		T_EQ(kv_release(c2, ids, 2), 2);
+		T_EQ(kv_disconnect(c2), 0);
+	}
 	T_EQ(kv_disconnect(c), 0);
 	t_kvd_stop(&k);
 	return 0;
