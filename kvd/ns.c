@@ -557,12 +557,22 @@ static uint64_t can_alloc(const struct kvd_ns *ns)
 
 	uint64_t other = 0;
 
-	/* Cached blocks of other namespaces may be reclaimed for us. */
+	/*
+	 * Other namespaces' slabs may come back as pages once their cached
+	 * blocks are evicted: count their blocks not in use, down to their
+	 * guaranteed minimum. An estimate; a failing ALLOC still unwinds.
+	 */
 	for (uint32_t i = 0; ns->pool->ns && i < ns->pool->nr_ns; i++) {
 		const struct kvd_ns *o = &ns->pool->ns[i];
+		uint64_t spare, room;
 
-		if (o->live && o != ns)
-			other += (uint64_t)o->cached_blocks * o->block_bytes;
+		if (!o->live || o == ns || !o->cached_blocks)
+			continue;
+		spare = (uint64_t)(o->nr_blocks - o->blocks_used) * o->block_bytes;
+		room = o->acct.pages > o->acct.min_pages ?
+		       (uint64_t)(o->acct.pages - o->acct.min_pages) *
+		       KV_PAGE_BYTES : 0;
+		other += spare < room ? spare : room;
 	}
 	/* Free pages count in whole slabs of this geometry only. */
 	free_pages -= free_pages % ns->slab_pages;

@@ -22,6 +22,17 @@
  * --compare-allocators, what static, chunked and plain paged allocation
  * would have needed over the same schedule.
  *
+ * With --models N (N >= 2) the processes serve N models, process i model
+ * i % N, each model a namespace of its own geometry (model k: k + 1
+ * times --layers), and every model replays the whole stream, in phases
+ * of --phase-requests requests that take turns: model 0 replays its
+ * first phase while the others idle, then model 1 its first, ..., then
+ * model 0 its second. A model's processes close all their requests at
+ * the end of its phase, so what it keeps is cached blocks, which kvd may
+ * reclaim for the busy model (elastic sharing). Meanwhile the parent
+ * samples kvd's admin socket every --sample-ms and reports pages, blocks
+ * and the hit ratio so far of each namespace over time.
+ *
  * Counts and latency samples travel to the parent through one pipe per
  * process; the parent reports them as a table and optionally as JSON
  * (tools/emit.h).
@@ -40,7 +51,10 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,6 +80,10 @@
 #define KVB_CHUNK_TOKENS	256	/* --compare-allocators: chunked unit */
 #define KVB_DEFAULT_TRACE_BLOCK	512
 #define KVB_SYN_PER_PROC	2000	/* --synthetic requests per process */
+#define KVB_MAX_MODELS		8
+#define KVB_DEFAULT_SAMPLE_MS	200
+#define KVB_MAX_POINTS		(1U << 20)	/* time-series samples kept */
+#define KVB_PHASE_POLL_NS	100000000L	/* re-check a phase wait */
 
 enum kvb_mode {
 	KVB_MODE_ALLOC,		/* alloc/release with patterns */
@@ -95,19 +113,33 @@ static const char *const op_label[KVB_NR_OPS] = {
 
 /*
  * Shared by the replay's processes (an anonymous shared mapping made
- * before they fork).
- *  - unused_slots: allocated-but-unused slots of all open sequences.
- *  - next: the request that may open next, so that prefix lookups happen
- *    in arrival order across processes (a futex word; KVB_TURN_STOP when
- *    a process failed and the others must stop).
+ * before they fork), per model:
+ *  - unused_slots: allocated-but-unused slots of its open sequences.
+ *  - next: the model's request that may open next, so that prefix
+ *    lookups happen in arrival order across its processes (a futex word;
+ *    KVB_TURN_STOP when a process failed and the others must stop).
+ *  - done: its processes that finished the current phase.
+ *  - prompt_blocks, hit_blocks: what its processes looked up and hit so
+ *    far, for the parent's time series.
+ * and for all:
  *  - starved: processes waiting for room with nothing of their own to
  *    close; while it is not zero, processes waiting for their turn close
  *    their oldest requests.
+ *  - phase: the phase being replayed (a futex word; the busy model is
+ *    phase % models; KVB_TURN_STOP when the run stops).
  */
-struct kvb_shared {
+struct kvb_mshared {
 	_Atomic int64_t	unused_slots;
 	_Atomic uint32_t next;
+	_Atomic uint32_t done;
+	_Atomic uint64_t prompt_blocks;
+	_Atomic uint64_t hit_blocks;
+};
+
+struct kvb_shared {
 	_Atomic uint32_t starved;
+	_Atomic uint32_t phase;
+	struct kvb_mshared m[KVB_MAX_MODELS];
 };
 
 #define KVB_TURN_STOP		UINT32_MAX
@@ -115,6 +147,13 @@ struct kvb_shared {
 #define KVB_STATUS_STOPPED	2		/* another process failed */
 #define KVB_PREEMPT_NS		10000000ULL	/* starved this long: preempt */
 #define KVB_MAX_PREEMPT		1000		/* per request */
+
+/* One model of a --models run: a namespace of its own. */
+struct kvb_model {
+	char		id[KV_MODEL_ID_MAX];
+	struct kv_geometry geom;
+	unsigned	procs;		/* processes i with i % models == it */
+};
 
 struct opts {
 	enum kvb_mode	mode;
@@ -151,6 +190,16 @@ struct opts {
 	bool		salt_given;
 	unsigned	alloc_only;	/* alloc-mode options given (bits) */
 	unsigned	replay_only;	/* replay options given (bits) */
+	/* several models, time series */
+	unsigned	models;		/* --models, 1..KVB_MAX_MODELS */
+	unsigned	phase_requests;	/* requests per phase */
+	bool		phase_given;
+	unsigned	phases;		/* in all models */
+	unsigned	sample_ms;	/* 0: no time series */
+	bool		sample_given;
+	const char	*admin_socket;	/* as given */
+	char		admin_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct kvb_model mdl[KVB_MAX_MODELS];
 	const struct kvb_trace *tr;
 	struct kvb_shared *sh;
 };
@@ -232,6 +281,10 @@ struct worker {
 	const struct opts *o;
 	struct kv_client *c;
 	unsigned	idx;
+	unsigned	model;		/* idx % models */
+	unsigned	rank;		/* among its model's processes */
+	unsigned	mprocs;		/* its model's processes */
+	struct kvb_mshared *ms;	/* its model's shared books (replay) */
 	uint64_t	rng;		/* request lengths */
 	uint64_t	res_rng;	/* reservoir slots */
 	uint64_t	gen_base;
@@ -250,7 +303,8 @@ struct worker {
 	uint64_t	*sub;		/* sub-block ids of one prompt */
 	struct kv_hash	*hash;		/* its full blocks, prompt first */
 	uint32_t	*tok;		/* its tokens from tok_base on */
-	uint64_t	t_go;		/* replay start, for --timestamps */
+	uint64_t	t_go;		/* phase start, for --timestamps */
+	uint64_t	t_base_us;	/* arrival of the phase's first request */
 	struct kvb_span	*spans;		/* one per request opened */
 	uint32_t	nr_spans;
 	bool		starving;	/* counted in kvb_shared.starved */
@@ -269,21 +323,54 @@ struct child {
 	struct kvb_span	*spans;
 };
 
+/* One moment of the time series: the pool and the phase. */
+struct kvb_point {
+	uint64_t	t_ns;		/* since the start */
+	uint32_t	phase;
+	uint32_t	pool_used;	/* pages in slabs of any namespace */
+};
+
+/* One namespace at that moment. */
+struct kvb_nspoint {
+	uint32_t	pages;		/* 0 too when kvd had no such namespace */
+	uint32_t	used;		/* blocks with ref > 0 */
+	uint32_t	cached;		/* committed, ref 0 */
+	uint32_t	resv;
+	uint64_t	prompt_blocks;	/* so far, its processes' counts */
+	uint64_t	hit_blocks;
+};
+
+/* Points, and models namespace points per point (ns[i * models + m]). */
+struct kvb_series {
+	size_t		nr, cap;
+	struct kvb_point *pt;
+	struct kvb_nspoint *ns;
+	bool		failed;		/* an admin call failed (said once) */
+	bool		full;		/* KVB_MAX_POINTS reached (said once) */
+};
+
 struct agg {
 	struct kvb_result sum;
 	uint64_t	t_start, t_end;
 	uint64_t	*samp[KVB_NR_OPS];	/* sorted, all processes */
 	uint64_t	nsamp[KVB_NR_OPS];
-	struct kv_pool_info info;
-	struct kv_stats	before, after;
+	struct kv_pool_info info[KVB_MAX_MODELS];
+	struct kv_stats	before[KVB_MAX_MODELS], after[KVB_MAX_MODELS];
 	bool		have_after;
 	unsigned	failed;
 	/* replay */
-	struct kv_client *mon;		/* keeps the namespace, reads stats */
+	struct kv_client *mon[KVB_MAX_MODELS];	/* keep the namespaces */
 	struct kvb_bound bound;
 	struct kvb_alloc_sim sim;	/* offline schedule */
 	struct kvb_alloc_sim run;	/* as-run schedule */
 	bool		have_sim, have_run;
+	/* per model; the time series */
+	struct kvb_result msum[KVB_MAX_MODELS];
+	uint64_t	t_go;
+	void		*reply;		/* KV_ADMIN_REPLY_MAX bytes */
+	struct kv_admin_status st0, st1;	/* before and after the run */
+	bool		have_st1;
+	struct kvb_series ts;
 };
 
 static uint64_t now_ns(void)
@@ -330,6 +417,10 @@ enum {
 	OPT_MAX_MODEL_LEN,
 	OPT_DECODE_CHUNK,
 	OPT_SALT,
+	OPT_MODELS,
+	OPT_PHASE_REQUESTS,
+	OPT_SAMPLE_MS,
+	OPT_ADMIN_SOCKET,
 };
 
 /* Options of one mode only, to refuse them in the other. */
@@ -367,6 +458,10 @@ static const struct option long_opts[] = {
 	{ "max-model-len", required_argument, NULL, OPT_MAX_MODEL_LEN },
 	{ "decode-chunk", required_argument, NULL, OPT_DECODE_CHUNK },
 	{ "salt",	  required_argument, NULL, OPT_SALT },
+	{ "models",	  required_argument, NULL, OPT_MODELS },
+	{ "phase-requests", required_argument, NULL, OPT_PHASE_REQUESTS },
+	{ "sample-ms",	  required_argument, NULL, OPT_SAMPLE_MS },
+	{ "admin-socket", required_argument, NULL, OPT_ADMIN_SOCKET },
 	{ "quiet",	  no_argument,	     NULL, 'q' },
 	{ "help",	  no_argument,	     NULL, 'h' },
 	{ 0 }
@@ -427,9 +522,20 @@ static void usage(FILE *f)
 "                         (default: the longest prompt + output replayed)\n"
 "      --salt N           seed of the block hashes (default: random, so\n"
 "                         a run never hits an earlier run's blocks)\n"
+"      --models N         N models, 1..%u (default 1): process i serves\n"
+"                         model i %% N; model k has k + 1 times --layers\n"
+"                         and id MODEL-mk (model 0: MODEL); each replays\n"
+"                         the whole stream, the models taking turns\n"
+"      --phase-requests N requests of one model's turn (default: a\n"
+"                         quarter of the stream)\n"
+"      --sample-ms N      sample kvd's namespaces every N ms (default 200\n"
+"                         with --models; without, no time series)\n"
+"      --admin-socket PATH  kvd's admin socket, for the samples (default\n"
+"                         kvd-admin.sock beside the client socket)\n"
 "Exit status: 0 ok, 1 a process failed or a block did not verify,\n"
 "2 usage error.\n",
-		KVB_MAX_PROCS, KVB_MAX_LIVE, KVB_MAX_REQUESTS, KVB_MAX_BATCH);
+		KVB_MAX_PROCS, KVB_MAX_LIVE, KVB_MAX_REQUESTS, KVB_MAX_BATCH,
+		KVB_MAX_MODELS);
 }
 
 static int parse_num(const char *name, const char *s, int base, uint64_t min,
@@ -515,12 +621,14 @@ static void opts_default(struct opts *o)
 	o->geom.dtype = KV_DTYPE_FP16;
 	o->trace_block = KVB_DEFAULT_TRACE_BLOCK;
 	o->ts_scale = 1;
+	o->models = 1;
 }
 
 /* Replay options, by name, to refuse them without --trace/--synthetic. */
 static const char *const replay_opt_names[] = {
 	"--trace-block", "--limit", "--timestamps", "--compare-allocators",
-	"--max-model-len", "--decode-chunk", "--salt",
+	"--max-model-len", "--decode-chunk", "--salt", "--models",
+	"--phase-requests", "--sample-ms", "--admin-socket",
 };
 
 static void replay_opt(struct opts *o, int opt)
@@ -531,7 +639,7 @@ static void replay_opt(struct opts *o, int opt)
 /* One option; returns 0, or -1 after saying what is wrong. */
 static int parse_one(struct opts *o, int opt, const char *arg)
 {
-	if (opt >= OPT_TRACE_BLOCK && opt <= OPT_SALT)
+	if (opt >= OPT_TRACE_BLOCK && opt <= OPT_ADMIN_SOCKET)
 		replay_opt(o, opt);
 	switch (opt) {
 	case 's':
@@ -618,6 +726,25 @@ static int parse_one(struct opts *o, int opt, const char *arg)
 	case OPT_SALT:
 		o->salt_given = true;
 		return parse_num("--salt", arg, 0, 0, UINT64_MAX, &o->salt);
+	case OPT_MODELS:
+		return parse_uint("--models", arg, 1, KVB_MAX_MODELS,
+				  &o->models);
+	case OPT_PHASE_REQUESTS:
+		o->phase_given = true;
+		return parse_uint("--phase-requests", arg, 1, 1U << 26,
+				  &o->phase_requests);
+	case OPT_SAMPLE_MS:
+		o->sample_given = true;
+		return parse_uint("--sample-ms", arg, 10, 60000,
+				  &o->sample_ms);
+	case OPT_ADMIN_SOCKET:
+		o->admin_socket = arg;
+		if (!*arg || strlen(arg) >= sizeof(o->admin_path)) {
+			fprintf(stderr, "kvbench: --admin-socket: '%s' must be 1..%zu bytes\n",
+				arg, sizeof(o->admin_path) - 1);
+			return -1;
+		}
+		return 0;
 	case 'q':
 		o->quiet = true;
 		return 0;
@@ -653,6 +780,90 @@ static int check_mode(struct opts *o)
 	return 0;
 }
 
+/*
+ * The admin socket: --admin-socket, else kvd-admin.sock in the directory
+ * of the client socket (as kvd places it), the client socket being the
+ * one kv_connect(3) dials: --socket, $KVD_SOCKET, or its default.
+ */
+static int admin_default(struct opts *o)
+{
+	const char *sock = o->socket, *e = getenv("KVD_SOCKET"), *xdg, *slash;
+	char buf[sizeof(o->admin_path)];
+	int n, dir;
+
+	if (o->admin_socket) {
+		snprintf(o->admin_path, sizeof(o->admin_path), "%s",
+			 o->admin_socket);
+		return 0;
+	}
+	if (!sock && e && *e) {
+		sock = e;
+	} else if (!sock) {
+		xdg = getenv("XDG_RUNTIME_DIR");
+		if (geteuid() == 0 || !xdg || !*xdg)
+			xdg = "/run/kvd";
+		snprintf(buf, sizeof(buf), "%s/kvd.sock", xdg);
+		sock = buf;
+	}
+	slash = strrchr(sock, '/');
+	dir = slash ? (int)(slash - sock + 1) : 0;
+	n = snprintf(o->admin_path, sizeof(o->admin_path), "%.*skvd-admin.sock",
+		     dir, sock);
+	if (n < 0 || (size_t)n >= sizeof(o->admin_path)) {
+		fprintf(stderr, "kvbench: the admin socket beside %s has too long a path; give --admin-socket\n",
+			sock);
+		return -1;
+	}
+	return 0;
+}
+
+/* Model k: id MODEL-mk (model 0: MODEL), k + 1 times the layers. */
+static int models_setup(struct opts *o)
+{
+	unsigned n = o->models;
+
+	if (o->procs < n) {
+		fprintf(stderr, "kvbench: --models %u needs at least as many --procs (%u)\n",
+			n, o->procs);
+		return -1;
+	}
+	if (n == 1 && o->phase_given) {
+		fprintf(stderr, "kvbench: --phase-requests needs --models 2 or more\n");
+		return -1;
+	}
+	if (n > 1 && o->compare) {
+		fprintf(stderr, "kvbench: --compare-allocators applies to one model, not to --models %u\n",
+			n);
+		return -1;
+	}
+	if ((uint64_t)o->geom.layers * n > 1024) {
+		fprintf(stderr, "kvbench: --models %u gives model %u %llu layers; kvd allows 1024 (use fewer --layers)\n",
+			n, n - 1, (unsigned long long)o->geom.layers * n);
+		return -1;
+	}
+	for (unsigned m = 0; m < n; m++) {
+		struct kvb_model *k = &o->mdl[m];
+		int len;
+
+		if (m)
+			len = snprintf(k->id, sizeof(k->id), "%s-m%u",
+				       o->model, m);
+		else
+			len = snprintf(k->id, sizeof(k->id), "%s", o->model);
+		if (len < 0 || (size_t)len >= sizeof(k->id)) {
+			fprintf(stderr, "kvbench: --model '%s': model id '%s-m%u' would be over %d bytes\n",
+				o->model, o->model, m, KV_MODEL_ID_MAX - 1);
+			return -1;
+		}
+		k->geom = o->geom;
+		k->geom.layers = o->geom.layers * (m + 1);
+		k->procs = o->procs / n + (m < o->procs % n);
+	}
+	if (n > 1 && !o->sample_given)
+		o->sample_ms = KVB_DEFAULT_SAMPLE_MS;
+	return o->sample_ms ? admin_default(o) : 0;
+}
+
 /* Checks between options, and what follows from them. */
 static int opts_finish(struct opts *o)
 {
@@ -660,11 +871,15 @@ static int opts_finish(struct opts *o)
 
 	if (check_mode(o))
 		return -1;
+	/* Alloc mode: one model, the one of --model and the geometry. */
+	snprintf(o->mdl[0].id, sizeof(o->mdl[0].id), "%s", o->model);
+	o->mdl[0].geom = o->geom;
+	o->mdl[0].procs = o->procs;
 	if (o->mode == KVB_MODE_REPLAY) {
 		if (!o->chunk_given)
 			o->decode_chunk = o->geom.block_tokens;
 		o->live_max = o->live;
-		return 0;	/* the rest once the trace is read */
+		return models_setup(o);	/* the rest once the trace is read */
 	}
 	if (o->min_tokens > o->max_tokens) {
 		fprintf(stderr, "kvbench: --min-tokens %u is above --max-tokens %u\n",
@@ -783,13 +998,13 @@ err_usage:
 
 /* ---- kvd ---- */
 
-static int connect_kvd(const struct opts *o, struct kv_client **c,
-		       const char *who)
+static int connect_kvd(const struct opts *o, unsigned model,
+		       struct kv_client **c, const char *who)
 {
 	struct kv_connect_params p = {
 		.socket_path = o->socket,
-		.model_id = o->model,
-		.geom = o->geom,
+		.model_id = o->mdl[model].id,
+		.geom = o->mdl[model].geom,
 		.sq_entries = o->sq_entries,
 		.data_bytes = o->data_bytes,
 	};
@@ -1334,7 +1549,7 @@ static int seq_close(struct worker *w, bool forced)
 		return -1;
 	}
 	q->span->t_close = t1;
-	atomic_fetch_sub_explicit(&w->o->sh->unused_slots, q->unused,
+	atomic_fetch_sub_explicit(&w->ms->unused_slots, q->unused,
 				  memory_order_relaxed);
 	q->s = NULL;
 	w->head = (w->head + 1) % w->o->live;
@@ -1379,17 +1594,22 @@ static void futex_wake_all(_Atomic uint32_t *addr)
 	syscall(SYS_futex, addr, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
 }
 
-/* Tell every process to stop waiting for a turn: one failed. */
+/* Tell every process to stop waiting for a turn or a phase: one failed. */
 static void turns_stop(struct kvb_shared *sh)
 {
-	atomic_store_explicit(&sh->next, KVB_TURN_STOP, memory_order_release);
-	futex_wake_all(&sh->next);
+	for (unsigned m = 0; m < KVB_MAX_MODELS; m++) {
+		atomic_store_explicit(&sh->m[m].next, KVB_TURN_STOP,
+				      memory_order_release);
+		futex_wake_all(&sh->m[m].next);
+	}
+	atomic_store_explicit(&sh->phase, KVB_TURN_STOP, memory_order_release);
+	futex_wake_all(&sh->phase);
 }
 
 /*
- * Wait until request @i may open: every earlier request has opened and
- * committed its prompt. Meanwhile close our oldest requests when
- * another process starves for room. -1 when the run is stopping.
+ * Wait until request @i may open: every earlier request of our model has
+ * opened and committed its prompt. Meanwhile close our oldest requests
+ * when another process starves for room. -1 when the run is stopping.
  */
 static int turn_wait(struct worker *w, size_t i)
 {
@@ -1398,7 +1618,7 @@ static int turn_wait(struct worker *w, size_t i)
 
 	for (;;) {
 		/* Acquire: pairs with the release in turn_pass. */
-		v = atomic_load_explicit(&sh->next, memory_order_acquire);
+		v = atomic_load_explicit(&w->ms->next, memory_order_acquire);
 		if (v == i)
 			return 0;
 		if (v == KVB_TURN_STOP) {
@@ -1410,18 +1630,57 @@ static int turn_wait(struct worker *w, size_t i)
 				return -1;
 			continue;
 		}
-		futex_wait(&sh->next, v, KVB_TURN_POLL_NS);
+		futex_wait(&w->ms->next, v, KVB_TURN_POLL_NS);
 	}
 }
 
 static void turn_pass(struct worker *w, size_t i)
 {
-	struct kvb_shared *sh = w->o->sh;
+	uint32_t v = (uint32_t)i;
 
 	/* Release: our commit happened before the next lookup starts. */
-	atomic_store_explicit(&sh->next, (uint32_t)i + 1,
-			      memory_order_release);
-	futex_wake_all(&sh->next);
+	if (atomic_compare_exchange_strong_explicit(&w->ms->next, &v, v + 1,
+						    memory_order_release,
+						    memory_order_relaxed))
+		futex_wake_all(&w->ms->next);
+}
+
+/* Wait until phase @ph begins. -1 when the run is stopping. */
+static int phase_wait(struct worker *w, uint32_t ph)
+{
+	struct kvb_shared *sh = w->o->sh;
+	uint32_t v;
+
+	for (;;) {
+		/* Acquire: pairs with the release in phase_end. */
+		v = atomic_load_explicit(&sh->phase, memory_order_acquire);
+		if (v == ph)
+			return 0;
+		if (v == KVB_TURN_STOP) {
+			w->stopped = true;
+			return -1;
+		}
+		futex_wait(&sh->phase, v, KVB_PHASE_POLL_NS);
+	}
+}
+
+/*
+ * This process is done with phase @ph (its requests closed); the last of
+ * its model's processes to be done starts the next phase.
+ */
+static void phase_end(struct worker *w, uint32_t ph)
+{
+	struct kvb_shared *sh = w->o->sh;
+	uint32_t v = ph;
+
+	if (atomic_fetch_add(&w->ms->done, 1) + 1 < w->mprocs)
+		return;
+	atomic_store(&w->ms->done, 0);
+	/* Not over KVB_TURN_STOP. Release: our closes come first. */
+	if (atomic_compare_exchange_strong_explicit(&sh->phase, &v, ph + 1,
+						    memory_order_release,
+						    memory_order_relaxed))
+		futex_wake_all(&sh->phase);
 }
 
 static int seq_failed(struct worker *w, const char *op, size_t i, int ret)
@@ -1549,7 +1808,7 @@ static void replay_sample(struct worker *w)
 
 	if (kv_stats(w->c, &st))
 		return;
-	unused = atomic_load_explicit(&w->o->sh->unused_slots,
+	unused = atomic_load_explicit(&w->ms->unused_slots,
 				      memory_order_relaxed);
 	if (!st.ns_blocks_used)
 		return;
@@ -1563,8 +1822,8 @@ static void replay_sample(struct worker *w)
 
 static void wait_arrival(struct worker *w, size_t i)
 {
-	uint64_t at = w->t_go + (uint64_t)((double)w->o->tr->reqs[i].t_us *
-					   1e3 * w->o->ts_scale);
+	uint64_t t = w->o->tr->reqs[i].t_us - w->t_base_us;
+	uint64_t at = w->t_go + (uint64_t)((double)t * 1e3 * w->o->ts_scale);
 	struct timespec ts = {
 		.tv_sec = (time_t)(at / NSEC_PER_SEC),
 		.tv_nsec = (long)(at % NSEC_PER_SEC),
@@ -1710,7 +1969,7 @@ static int replay_one(struct worker *w, size_t i)
 	}
 	kv_seq_block_table(q->s, &nr);
 	q->unused = (int64_t)nr * bt - (int64_t)kv_seq_len(q->s);
-	atomic_fetch_add_explicit(&o->sh->unused_slots, q->unused,
+	atomic_fetch_add_explicit(&w->ms->unused_slots, q->unused,
 				  memory_order_relaxed);
 	w->nr_spans++;
 	w->nlive++;
@@ -1720,6 +1979,12 @@ static int replay_one(struct worker *w, size_t i)
 	w->r.prompt_blocks += np;
 	w->r.hit_blocks += hit / bt < np ? hit / bt : np;
 	w->r.output_tokens += r->out_len;
+	/* For the parent's time series. */
+	atomic_fetch_add_explicit(&w->ms->prompt_blocks, np,
+				  memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->ms->hit_blocks,
+				  hit / bt < np ? hit / bt : np,
+				  memory_order_relaxed);
 	replay_sample(w);
 	return 0;
 
@@ -1729,20 +1994,49 @@ err_close:
 	return -1;
 }
 
-static int replay_run(struct worker *w)
+/* Close every open request: the end of a phase or of the run. */
+static int replay_drain(struct worker *w)
 {
-	const struct opts *o = w->o;
-	int ret = 0;
-
-	for (size_t i = w->idx; i < o->tr->nr; i += o->procs) {
-		ret = replay_one(w, i);
-		if (ret)
-			break;
-	}
 	while (w->nlive)
 		if (seq_close(w, false))
 			return -1;
-	return ret;
+	return 0;
+}
+
+/*
+ * Our model's requests are i with i % mprocs == rank, ours. With one
+ * model the stream is one phase; with N, phase ph is model ph % N's
+ * requests [c * P, (c + 1) * P), c = ph / N, P = --phase-requests: we
+ * wait for each of our model's phases, replay our requests of it, close
+ * them all, and say we are done.
+ */
+static int replay_run(struct worker *w)
+{
+	const struct opts *o = w->o;
+	size_t nr = o->tr->nr, lo, hi, i;
+	uint32_t ph;
+	int ret = 0;
+
+	for (ph = w->model; ph < o->phases; ph += o->models) {
+		lo = (size_t)(ph / o->models) * o->phase_requests;
+		hi = lo + o->phase_requests < nr ? lo + o->phase_requests : nr;
+		if (phase_wait(w, ph))
+			return -1;
+		w->t_go = now_ns();
+		w->t_base_us = lo ? o->tr->reqs[lo].t_us : 0;
+		i = lo - lo % w->mprocs + w->rank;
+		for (i = i < lo ? i + w->mprocs : i; i < hi; i += w->mprocs) {
+			ret = replay_one(w, i);
+			if (ret)
+				break;
+		}
+		if (replay_drain(w))
+			return -1;
+		if (ret)
+			return ret;
+		phase_end(w, ph);
+	}
+	return 0;
 }
 
 static int replay_init(struct worker *w)
@@ -1752,7 +2046,7 @@ static int replay_init(struct worker *w)
 	size_t blocks = tr->max_total / o->geom.block_tokens + 2;
 	uint64_t mine = 0, appends = 0;
 
-	for (size_t i = w->idx; i < tr->nr; i += o->procs) {
+	for (size_t i = w->rank; i < tr->nr; i += w->mprocs) {
 		uint32_t out = tr->reqs[i].out_len, c = o->decode_chunk;
 
 		mine++;
@@ -1787,6 +2081,10 @@ static int worker_init(struct worker *w, const struct opts *o, unsigned idx)
 	memset(w, 0, sizeof(*w));
 	w->o = o;
 	w->idx = idx;
+	w->model = idx % o->models;
+	w->rank = idx / o->models;
+	w->mprocs = o->mdl[w->model].procs;
+	w->ms = o->sh ? &o->sh->m[w->model] : NULL;
 	w->rng = splitmix64(o->seed) ^ splitmix64(idx + 1);
 	w->res_rng = ~w->rng;
 	w->gen_base = splitmix64(o->seed ^ 0x6b76626eULL);
@@ -1796,11 +2094,189 @@ static int worker_init(struct worker *w, const struct opts *o, unsigned idx)
 		return -ENOMEM;
 	}
 	snprintf(who, sizeof(who), "proc %u", idx);
-	if (connect_kvd(o, &w->c, who))
+	if (connect_kvd(o, w->model, &w->c, who))
 		return -1;
 	kv_pool_info(w->c, &info);
 	w->words = info.block_bytes / sizeof(uint64_t);
 	return 0;
+}
+
+/* ---- time series (the parent, through kvd's admin socket) ---- */
+
+/* One admin request, one reply datagram (as kvctl). Bytes or -errno. */
+static ssize_t admin_call(const char *path, uint32_t cmd, void *buf)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kv_admin_req req = {
+		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
+		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN, .cmd = cmd,
+	};
+	struct timeval tv = { .tv_sec = 5 };
+	ssize_t n;
+	int fd;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* A kvd that accepts but never answers must not hang the run. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+		n = -errno;
+		goto out;
+	}
+	n = recv(fd, buf, KV_ADMIN_REPLY_MAX, 0);
+	if (n < 0)
+		n = errno == EAGAIN ? -ETIMEDOUT : -errno;
+	else if (n == 0)
+		n = -ECONNRESET;
+out:
+	close(fd);
+	return n;
+}
+
+/*
+ * KV_ADMIN_STATUS into a->reply, checked: the header in *@st, the number
+ * of struct kv_admin_ns records after it (-errno on failure).
+ */
+static int admin_status(const struct opts *o, struct agg *a,
+			struct kv_admin_status *st)
+{
+	ssize_t n = admin_call(o->admin_path, KV_ADMIN_STATUS, a->reply);
+
+	if (n < 0)
+		return (int)n;
+	if ((size_t)n < sizeof(*st))
+		return -EPROTO;
+	memcpy(st, a->reply, sizeof(*st));
+	if (st->magic != KV_MAGIC || st->type != KV_MSG_ADMIN_REPLY)
+		return -EPROTO;
+	if (st->status < 0)
+		return st->status;
+	if (st->nr_records > KV_ADMIN_MAX_RECORDS ||
+	    (size_t)n < sizeof(*st) +
+			st->nr_records * sizeof(struct kv_admin_ns))
+		return -EPROTO;
+	return (int)st->nr_records;
+}
+
+/* Namespace @ns_id's record in a STATUS reply of @n records, or NULL. */
+static const struct kv_admin_ns *admin_ns(const struct agg *a, int n,
+					  uint32_t ns_id)
+{
+	const struct kv_admin_ns *r = (const void *)((const char *)a->reply +
+				      sizeof(struct kv_admin_status));
+
+	for (int i = 0; i < n; i++)
+		if (r[i].id == ns_id)
+			return &r[i];
+	return NULL;
+}
+
+static void series_free(struct kvb_series *ts)
+{
+	free(ts->pt);
+	free(ts->ns);
+	memset(ts, 0, sizeof(*ts));
+}
+
+/* Room for one more point; false when there is none (said once). */
+static bool series_room(struct kvb_series *ts, unsigned models)
+{
+	size_t cap = ts->cap ? 2 * ts->cap : 256;
+	struct kvb_nspoint *ns;
+	struct kvb_point *pt;
+
+	if (ts->nr < ts->cap)
+		return true;
+	if (ts->nr >= KVB_MAX_POINTS) {
+		if (!ts->full)
+			fprintf(stderr, "kvbench: %u samples taken; the time series stops here (use a larger --sample-ms)\n",
+				KVB_MAX_POINTS);
+		ts->full = true;
+		return false;
+	}
+	pt = realloc(ts->pt, cap * sizeof(*pt));
+	if (pt)
+		ts->pt = pt;
+	ns = realloc(ts->ns, cap * models * sizeof(*ns));
+	if (ns)
+		ts->ns = ns;
+	if (!pt || !ns) {
+		if (!ts->full)
+			fprintf(stderr, "kvbench: out of memory for the time series; it stops here\n");
+		ts->full = true;
+		return false;
+	}
+	ts->cap = cap;
+	return true;
+}
+
+/*
+ * One point: the pool and each model's namespace from KV_ADMIN_STATUS
+ * (its header also in *@out when not NULL), the phase and the models'
+ * counts so far from the shared books. 0 or -errno.
+ */
+static int sample_take(const struct opts *o, struct agg *a,
+		       struct kv_admin_status *out)
+{
+	struct kvb_series *ts = &a->ts;
+	struct kv_admin_status st;
+	struct kvb_nspoint *np;
+	struct kvb_point *p;
+	int n;
+
+	n = admin_status(o, a, &st);
+	if (n < 0) {
+		if (!ts->failed)
+			fprintf(stderr, "kvbench: admin socket %s: %s; the time series misses samples\n",
+				o->admin_path, strerror(-n));
+		ts->failed = true;
+		return n;
+	}
+	if (out)
+		*out = st;
+	if (!series_room(ts, o->models))
+		return 0;
+	p = &ts->pt[ts->nr];
+	np = &ts->ns[ts->nr * o->models];
+	p->t_ns = now_ns() - a->t_go;
+	p->phase = atomic_load_explicit(&o->sh->phase, memory_order_relaxed);
+	p->pool_used = st.pages_used;
+	for (unsigned m = 0; m < o->models; m++) {
+		const struct kv_admin_ns *r = admin_ns(a, n, a->info[m].ns_id);
+		struct kvb_mshared *ms = &o->sh->m[m];
+
+		memset(&np[m], 0, sizeof(np[m]));
+		if (r) {
+			np[m].pages = r->pages;
+			np[m].used = r->blocks_used;
+			np[m].cached = r->cached_blocks;
+		}
+		np[m].prompt_blocks = atomic_load_explicit(&ms->prompt_blocks,
+							   memory_order_relaxed);
+		np[m].hit_blocks = atomic_load_explicit(&ms->hit_blocks,
+							memory_order_relaxed);
+	}
+	ts->nr++;
+	return 0;
+}
+
+/*
+ * Before the run (monitors connected, nothing started): the first point
+ * and kvd's pool-wide counters (reclaims).
+ */
+static int series_begin(const struct opts *o, struct agg *a)
+{
+	a->t_go = now_ns();
+	return sample_take(o, a, &a->st0) ? -1 : 0;
+}
+
+/* After the run (monitors still connected): the last point, counters. */
+static void series_end(const struct opts *o, struct agg *a)
+{
+	a->have_st1 = !sample_take(o, a, &a->st1);
 }
 
 /* ---- parent and children ---- */
@@ -1947,13 +2423,32 @@ static void collect(struct child *ch, unsigned idx)
 	ch->got = true;
 }
 
-/*
- * Results in the order they come. A process that ends without results,
- * or with a failure, stops the others' replay (they may wait for its
- * turn).
- */
-static void collect_all(const struct opts *o, struct child *ch, unsigned n)
+/* Milliseconds until the next sample is due (taking it when it is). */
+static int sample_due(const struct opts *o, struct agg *a, uint64_t *next)
 {
+	uint64_t period = (uint64_t)o->sample_ms * 1000000ULL, t = now_ns();
+
+	if (!o->sample_ms)
+		return -1;
+	if (t >= *next) {
+		sample_take(o, a, NULL);
+		*next += period;
+		t = now_ns();
+		if (*next <= t)		/* fell behind: skip, not burst */
+			*next = t + period;
+	}
+	return (int)((*next - t + 999999) / 1000000);
+}
+
+/*
+ * Results in the order they come, samples every --sample-ms meanwhile.
+ * A process that ends without results, or with a failure, stops the
+ * others' replay (they may wait for its turn or phase).
+ */
+static void collect_all(const struct opts *o, struct agg *a,
+			struct child *ch, unsigned n)
+{
+	uint64_t next = a->t_go + (uint64_t)o->sample_ms * 1000000ULL;
 	struct pollfd pf[KVB_MAX_PROCS];
 	unsigned left = n;
 
@@ -1962,7 +2457,7 @@ static void collect_all(const struct opts *o, struct child *ch, unsigned n)
 		pf[i] = (struct pollfd){ .fd = ch[i].fd, .events = POLLIN };
 	}
 	while (left) {
-		if (poll(pf, n, -1) < 0) {
+		if (poll(pf, n, sample_due(o, a, &next)) < 0) {
 			if (errno == EINTR)
 				continue;
 			perror("kvbench: poll");
@@ -2039,14 +2534,17 @@ static int monitor_begin(const struct opts *o, struct agg *a)
 {
 	int ret;
 
-	if (connect_kvd(o, &a->mon, "pool stats"))
-		return -1;
-	ret = kv_stats(a->mon, &a->before);
-	if (ret) {
-		fprintf(stderr, "kvbench: STATS: %s\n", strerror(-ret));
-		return -1;
+	for (unsigned m = 0; m < o->models; m++) {
+		if (connect_kvd(o, m, &a->mon[m], "pool stats"))
+			return -1;
+		kv_pool_info(a->mon[m], &a->info[m]);
+		ret = kv_stats(a->mon[m], &a->before[m]);
+		if (ret) {
+			fprintf(stderr, "kvbench: STATS: %s\n", strerror(-ret));
+			return -1;
+		}
 	}
-	return 0;
+	return o->sample_ms ? series_begin(o, a) : 0;
 }
 
 /*
@@ -2076,10 +2574,14 @@ static int run_children(const struct opts *o, struct child *ch,
 	if (ready == o->procs && o->mode == KVB_MODE_REPLAY &&
 	    monitor_begin(o, a))
 		ready = 0;
+	if (!a->t_go)
+		a->t_go = now_ns();
 	release_all(go[1], started, ready == o->procs ? 'g' : 'a');
 	close(go[1]);
 	if (ready == o->procs)
-		collect_all(o, ch, started);
+		collect_all(o, a, ch, started);
+	if (ready == o->procs && o->sample_ms)
+		series_end(o, a);
 	if (reap_all(ch, started) || ready < o->procs) {
 		if (ready < o->procs)
 			fprintf(stderr, "kvbench: %u of %u processes ready; run not started\n",
@@ -2149,7 +2651,8 @@ static void sum_result(struct kvb_result *s, const struct kvb_result *r)
 }
 
 /* Sum counts, merge and sort samples (each process's sorted too). */
-static int aggregate(struct agg *a, struct child *ch, unsigned n)
+static int aggregate(struct agg *a, struct child *ch, unsigned n,
+		     unsigned models)
 {
 	for (int k = 0; k < KVB_NR_OPS; k++) {
 		uint64_t total = 0;
@@ -2167,6 +2670,7 @@ static int aggregate(struct agg *a, struct child *ch, unsigned n)
 		if (!ch[i].got)
 			continue;
 		sum_result(&a->sum, r);
+		sum_result(&a->msum[i % models], r);
 		if (!a->t_start || r->t_start_ns < a->t_start)
 			a->t_start = r->t_start_ns;
 		if (r->t_end_ns > a->t_end)
@@ -2193,7 +2697,7 @@ static void emit_geometry(struct kv_emit *e, const struct opts *o,
 	kv_emit_u64(e, "head_dim", "head dim", o->geom.head_dim);
 	kv_emit_u64(e, "block_tokens", "block tokens", o->geom.block_tokens);
 	kv_emit_str(e, "dtype", "dtype", o->dtype_name);
-	kv_emit_u64(e, "block_bytes", "block bytes", a->info.block_bytes);
+	kv_emit_u64(e, "block_bytes", "block bytes", a->info[0].block_bytes);
 }
 
 static void emit_config(struct kv_emit *e, const struct opts *o,
@@ -2282,24 +2786,28 @@ static void emit_latency(struct kv_emit *e, const struct opts *o,
 
 static void emit_pool(struct kv_emit *e, const struct agg *a)
 {
-	const struct kv_stats *st = a->have_after ? &a->after : &a->before;
+	const struct kv_stats *st = a->have_after ? &a->after[0] :
+						    &a->before[0];
 	uint64_t peak = (uint64_t)st->peak_pages_used * KV_PAGE_BYTES;
 
 	kv_emit_obj_begin(e, "pool", "pool");
 	kv_emit_u64(e, "pool_bytes", "pool bytes", st->pool_bytes);
 	kv_emit_u64(e, "nr_pages", "pages", st->nr_pages);
-	kv_emit_u64(e, "max_blocks", "max blocks", a->info.max_blocks);
+	kv_emit_u64(e, "max_blocks", "max blocks", a->info[0].max_blocks);
 	kv_emit_u64(e, "pages_used_before", "pages used before",
-		    a->before.pages_used);
+		    a->before[0].pages_used);
 	kv_emit_u64(e, "peak_pages_used", "peak pages used",
 		    st->peak_pages_used);
 	kv_emit_u64(e, "peak_bytes", "peak bytes used", peak);
 	kv_emit_f64(e, "peak_pct", "peak use (%)", st->nr_pages ?
 		    100.0 * st->peak_pages_used / st->nr_pages : 0);
 	kv_emit_str(e, "peak_scope", "peak scope",
-		    a->after.peak_pages_used > a->before.peak_pages_used ?
+		    a->after[0].peak_pages_used > a->before[0].peak_pages_used ?
 		    "this run (kvd's peak since start, raised by it)" :
 		    "kvd's peak since start (not exceeded by this run)");
+	if (a->have_st1)
+		kv_emit_u64(e, "reclaims", "blocks reclaimed by another namespace",
+			    a->st1.reclaims - a->st0.reclaims);
 	kv_emit_obj_end(e);
 }
 
@@ -2372,11 +2880,23 @@ static void emit_procs(struct kv_emit *e, const struct child *ch, unsigned n)
 	kv_emit_table_end(e);
 }
 
-static void emit_replay_procs(struct kv_emit *e, const struct child *ch,
-			      unsigned n)
+static const struct kv_emit_col replay_model_col = { "model", "model", 5 };
+
+/* With --models, a model column after pid. */
+static void emit_replay_procs(struct kv_emit *e, const struct opts *o,
+			      const struct child *ch, unsigned n)
 {
-	kv_emit_table_begin(e, "procs", replay_cols,
-			    sizeof(replay_cols) / sizeof(replay_cols[0]));
+	struct kv_emit_col cols[sizeof(replay_cols) / sizeof(replay_cols[0]) + 1];
+	int nc = 0;
+	char mdl[16];
+
+	for (size_t k = 0; k < sizeof(replay_cols) / sizeof(replay_cols[0]);
+	     k++) {
+		cols[nc++] = replay_cols[k];
+		if (k == 1 && o->models > 1)
+			cols[nc++] = replay_model_col;
+	}
+	kv_emit_table_begin(e, "procs", cols, nc);
 	for (unsigned i = 0; i < n; i++) {
 		const struct kvb_result *r = &ch[i].r;
 		uint64_t *const *v = ch[i].samp;
@@ -2384,6 +2904,10 @@ static void emit_replay_procs(struct kv_emit *e, const struct child *ch,
 		kv_emit_row_begin(e);
 		kv_emit_cell_u64(e, i);
 		kv_emit_cell_u64(e, (uint64_t)ch[i].pid);
+		if (o->models > 1) {
+			snprintf(mdl, sizeof(mdl), "m%u", i % o->models);
+			kv_emit_cell_str(e, mdl);
+		}
 		kv_emit_cell_u64(e, r->requests);
 		kv_emit_cell_f64(e, per_s(r->requests,
 					  r->t_end_ns - r->t_start_ns));
@@ -2429,6 +2953,22 @@ static void emit_replay_config(struct kv_emit *e, const struct opts *o,
 	/* A string: JSON numbers lose u64 precision in most readers. */
 	kv_emit_str(e, "salt", "hash salt", salt);
 	emit_geometry(e, o, a);
+	if (o->models > 1 || o->sample_ms) {
+		kv_emit_u64(e, "models", "models", o->models);
+		kv_emit_str(e, "models_are", "models are",
+			    "model k: id MODEL-mk (model 0: MODEL), (k + 1) * layers; each replays the whole stream");
+	}
+	if (o->models > 1) {
+		kv_emit_u64(e, "phase_requests", "requests per phase",
+			    o->phase_requests);
+		kv_emit_u64(e, "phases", "phases (all models)", o->phases);
+		kv_emit_str(e, "schedule", "schedule",
+			    "phase p: model p % models replays its requests from (p / models) * requests per phase on, the others idle");
+	}
+	if (o->sample_ms) {
+		kv_emit_u64(e, "sample_ms", "sample every (ms)", o->sample_ms);
+		kv_emit_str(e, "admin_socket", "admin socket", o->admin_path);
+	}
 	kv_emit_obj_end(e);
 }
 
@@ -2444,6 +2984,20 @@ static void emit_trace(struct kv_emit *e, const struct opts *o)
 	kv_emit_u64(e, "max_prompt", "longest prompt", tr->max_in);
 	kv_emit_u64(e, "max_output", "longest output", tr->max_out);
 	kv_emit_obj_end(e);
+}
+
+/* A u64 counter of struct kv_stats at @off: over the run, all models. */
+static uint64_t kvd_delta(const struct opts *o, const struct agg *a,
+			  size_t off)
+{
+	uint64_t sum = 0, x, y;
+
+	for (unsigned m = 0; m < o->models; m++) {
+		memcpy(&x, (const char *)&a->after[m] + off, sizeof(x));
+		memcpy(&y, (const char *)&a->before[m] + off, sizeof(y));
+		sum += x - y;
+	}
+	return sum;
 }
 
 static void emit_replay_results(struct kv_emit *e, const struct opts *o,
@@ -2473,11 +3027,11 @@ static void emit_replay_results(struct kv_emit *e, const struct opts *o,
 	kv_emit_f64(e, "bound_blocks", "bound (blocks)", bound);
 	kv_emit_f64(e, "bound_gap", "bound - hit ratio", bound - hit);
 	kv_emit_u64(e, "kvd_lookups", "kvd lookups",
-		    a->after.lookups - a->before.lookups);
+		    kvd_delta(o, a, offsetof(struct kv_stats, lookups)));
 	kv_emit_u64(e, "kvd_hit_blocks", "kvd hit blocks",
-		    a->after.hit_blocks - a->before.hit_blocks);
+		    kvd_delta(o, a, offsetof(struct kv_stats, hit_blocks)));
 	kv_emit_u64(e, "evictions", "evictions",
-		    a->after.evictions - a->before.evictions);
+		    kvd_delta(o, a, offsetof(struct kv_stats, evictions)));
 	kv_emit_u64(e, "output_tokens", "output tokens", s->output_tokens);
 	kv_emit_u64(e, "enospc", "-ENOSPC answers", s->enospc);
 	kv_emit_u64(e, "forced", "forced closes", s->forced);
@@ -2512,7 +3066,7 @@ static void emit_memory(struct kv_emit *e, const struct opts *o,
 	kv_emit_u64(e, "peak_blocks_used", "peak blocks in use",
 		    s->peak_used);
 	kv_emit_u64(e, "peak_bytes_used", "peak bytes in use",
-		    s->peak_used * a->info.block_bytes);
+		    s->peak_used * a->info[0].block_bytes);
 	kv_emit_f64(e, "waste_at_peak_pct", "waste at peak (%)",
 		    slots ? 100.0 * (double)s->peak_unused / (double)slots : 0);
 	kv_emit_f64(e, "waste_mean_pct", "waste, mean (%)",
@@ -2544,8 +3098,8 @@ static void emit_allocators(struct kv_emit *e, const struct opts *o,
 			    const struct agg *a)
 {
 	const struct kvb_alloc_sim *m = a->have_run ? &a->run : &a->sim;
-	uint64_t tb = a->info.block_bytes / o->geom.block_tokens;
-	uint64_t kvd = a->sum.peak_used * a->info.block_bytes;
+	uint64_t tb = a->info[0].block_bytes / o->geom.block_tokens;
+	uint64_t kvd = a->sum.peak_used * a->info[0].block_bytes;
 
 	kv_emit_obj_begin(e, "allocators", "allocators (peak bytes)");
 	kv_emit_u64(e, "max_model_len", "max model len", o->max_model_len);
@@ -2570,13 +3124,190 @@ static void emit_allocators(struct kv_emit *e, const struct opts *o,
 	kv_emit_obj_end(e);
 }
 
+/* ---- report: time series and namespaces ---- */
+
+#define KVB_SERIES_FIXED	4	/* t, phase, busy, pool */
+#define KVB_SERIES_PER_NS	4	/* pages, used, cached, hit */
+
+static const struct kv_emit_col series_fixed[KVB_SERIES_FIXED] = {
+	{ "t_s",		"t (s)",	7 },
+	{ "phase",		"phase",	5 },
+	{ "busy",		"busy",		4 },
+	{ "pool_pages_used",	"pool pg",	7 },
+};
+
+static const struct { const char *key, *header; int width; }
+series_ns[KVB_SERIES_PER_NS] = {
+	{ "pages",	"pages",	8 },
+	{ "used",	"used",		7 },
+	{ "cached",	"cached",	9 },
+	{ "hit",	"hit",		6 },
+};
+
+/* Keys m<k>_pages ..., headers "m<k> pages" ... */
+struct series_cols {
+	struct kv_emit_col col[KVB_SERIES_FIXED +
+			       KVB_MAX_MODELS * KVB_SERIES_PER_NS];
+	char		key[KVB_MAX_MODELS * KVB_SERIES_PER_NS][24];
+	char		header[KVB_MAX_MODELS * KVB_SERIES_PER_NS][24];
+	int		nr;
+};
+
+static void series_cols_init(struct series_cols *c, unsigned models)
+{
+	int k = 0;
+
+	memcpy(c->col, series_fixed, sizeof(series_fixed));
+	c->nr = KVB_SERIES_FIXED;
+	for (unsigned m = 0; m < models; m++) {
+		for (int j = 0; j < KVB_SERIES_PER_NS; j++, k++) {
+			snprintf(c->key[k], sizeof(c->key[k]), "m%u_%s", m,
+				 series_ns[j].key);
+			snprintf(c->header[k], sizeof(c->header[k]), "m%u %s",
+				 m, series_ns[j].header);
+			c->col[c->nr++] = (struct kv_emit_col){
+				c->key[k], c->header[k], series_ns[j].width };
+		}
+	}
+}
+
+/*
+ * One row per sample: time since the start, the phase and its busy
+ * model, the pool's pages in use, and per namespace its pages, blocks in
+ * use, cached blocks and its hit ratio so far (blocks).
+ */
+static void emit_series(struct kv_emit *e, const struct opts *o,
+			const struct agg *a)
+{
+	const struct kvb_series *ts = &a->ts;
+	struct series_cols c;
+	char busy[16], label[96];
+
+	series_cols_init(&c, o->models);
+	snprintf(label, sizeof(label),
+		 "time series (every %u ms; per model: pages, blocks in use, cached blocks, hit ratio so far)",
+		 o->sample_ms);
+	kv_emit_obj_begin(e, "time_series", label);
+	kv_emit_table_begin(e, "samples", c.col, c.nr);
+	for (size_t i = 0; i < ts->nr; i++) {
+		const struct kvb_point *p = &ts->pt[i];
+		const struct kvb_nspoint *np = &ts->ns[i * o->models];
+
+		if (p->phase < o->phases)
+			snprintf(busy, sizeof(busy), "m%u",
+				 p->phase % o->models);
+		else
+			snprintf(busy, sizeof(busy), "-");
+		kv_emit_row_begin(e);
+		kv_emit_cell_f64(e, (double)p->t_ns / 1e9);
+		kv_emit_cell_u64(e, p->phase < o->phases ? p->phase :
+						     o->phases);
+		kv_emit_cell_str(e, busy);
+		kv_emit_cell_u64(e, p->pool_used);
+		for (unsigned m = 0; m < o->models; m++) {
+			kv_emit_cell_u64(e, np[m].pages);
+			kv_emit_cell_u64(e, np[m].used);
+			kv_emit_cell_u64(e, np[m].cached);
+			kv_emit_cell_f64(e, ratio(np[m].hit_blocks,
+						  np[m].prompt_blocks));
+		}
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+	kv_emit_obj_end(e);
+}
+
+static const struct kv_emit_col ns_cols[] = {
+	{ "m",			"m",		-2 },
+	{ "model",		"model",	-14 },
+	{ "ns",			"ns",		3 },
+	{ "layers",		"layers",	6 },
+	{ "block_bytes",	"block B",	8 },
+	{ "procs",		"procs",	5 },
+	{ "requests",		"requests",	8 },
+	{ "hit_ratio_blocks",	"hit blocks",	10 },
+	{ "hit_ratio_tokens",	"hit tokens",	10 },
+	{ "bound_blocks",	"bound",	6 },
+	{ "evictions",		"evictions",	9 },
+	{ "pages_start",	"pg start",	8 },
+	{ "pages_peak",		"pg peak",	7 },
+	{ "pages_end",		"pg end",	6 },
+	{ "pages_in",		"pg in",	6 },
+	{ "pages_out",		"pg out",	6 },
+	{ "peak_blocks_used",	"peak used",	9 },
+};
+
+/* Pages of model @m over the samples: first, peak, last, in, out. */
+static void ns_pages(const struct opts *o, const struct agg *a, unsigned m,
+		     uint64_t pg[5])
+{
+	const struct kvb_series *ts = &a->ts;
+
+	memset(pg, 0, 5 * sizeof(pg[0]));
+	for (size_t i = 0; i < ts->nr; i++) {
+		uint32_t v = ts->ns[i * o->models + m].pages;
+
+		if (!i)
+			pg[0] = v;
+		if (v > pg[1])
+			pg[1] = v;
+		if (i && v > pg[2])
+			pg[3] += v - pg[2];
+		else if (i)
+			pg[4] += pg[2] - v;
+		pg[2] = v;
+	}
+}
+
+/* The per-namespace summary of the run. */
+static void emit_namespaces(struct kv_emit *e, const struct opts *o,
+			    const struct agg *a)
+{
+	double bound = ratio(a->bound.hits, a->bound.refs);
+	char mdl[16];
+	uint64_t pg[5];
+
+	kv_emit_obj_begin(e, "namespaces",
+			  "namespaces (pages from the samples; pg in/out: gained/lost between samples)");
+	kv_emit_table_begin(e, "models", ns_cols,
+			    sizeof(ns_cols) / sizeof(ns_cols[0]));
+	for (unsigned m = 0; m < o->models; m++) {
+		const struct kvb_result *r = &a->msum[m];
+
+		ns_pages(o, a, m, pg);
+		snprintf(mdl, sizeof(mdl), "m%u", m);
+		kv_emit_row_begin(e);
+		kv_emit_cell_str(e, mdl);
+		kv_emit_cell_str(e, o->mdl[m].id);
+		kv_emit_cell_u64(e, a->info[m].ns_id);
+		kv_emit_cell_u64(e, o->mdl[m].geom.layers);
+		kv_emit_cell_u64(e, a->info[m].block_bytes);
+		kv_emit_cell_u64(e, o->mdl[m].procs);
+		kv_emit_cell_u64(e, r->requests);
+		kv_emit_cell_f64(e, ratio(r->hit_blocks, r->prompt_blocks));
+		kv_emit_cell_f64(e, ratio(r->hit_tokens, r->prompt_tokens));
+		kv_emit_cell_f64(e, bound);
+		kv_emit_cell_u64(e, a->have_after ?
+				 a->after[m].evictions - a->before[m].evictions :
+				 0);
+		for (int k = 0; k < 5; k++)
+			kv_emit_cell_u64(e, pg[k]);
+		kv_emit_cell_u64(e, r->peak_used);
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+	kv_emit_obj_end(e);
+}
+
 static void report(FILE *f, bool json, const struct opts *o,
 		   const struct agg *a, const struct child *ch, bool ok)
 {
 	struct kv_emit e;
 	char mode[32];
 
-	if (o->mode == KVB_MODE_REPLAY)
+	if (o->mode == KVB_MODE_REPLAY && o->models > 1)
+		snprintf(mode, sizeof(mode), "replay, %u models", o->models);
+	else if (o->mode == KVB_MODE_REPLAY)
 		snprintf(mode, sizeof(mode), "replay");
 	else if (o->batch > 1)
 		snprintf(mode, sizeof(mode), "batch %u", o->batch);
@@ -2595,7 +3326,12 @@ static void report(FILE *f, bool json, const struct opts *o,
 		emit_trace(&e, o);
 		emit_replay_results(&e, o, a);
 		emit_bound(&e, a);
-		emit_memory(&e, o, a);
+		if (o->sample_ms) {
+			emit_series(&e, o, a);
+			emit_namespaces(&e, o, a);
+		}
+		if (o->models == 1)
+			emit_memory(&e, o, a);
 		if (a->have_sim)
 			emit_allocators(&e, o, a);
 	} else {
@@ -2606,7 +3342,7 @@ static void report(FILE *f, bool json, const struct opts *o,
 	emit_pool(&e, a);
 	kv_emit_obj_end(&e);
 	if (o->mode == KVB_MODE_REPLAY)
-		emit_replay_procs(&e, ch, o->procs);
+		emit_replay_procs(&e, o, ch, o->procs);
 	else
 		emit_procs(&e, ch, o->procs);
 	kv_emit_end(&e);
@@ -2690,9 +3426,26 @@ static int replay_prepare(struct opts *o, struct kvb_trace *tr)
 		perror("kvbench: mmap");
 		return 1;
 	}
-	atomic_init(&o->sh->unused_slots, 0);
-	atomic_init(&o->sh->next, 0);
 	atomic_init(&o->sh->starved, 0);
+	atomic_init(&o->sh->phase, 0);
+	for (unsigned m = 0; m < KVB_MAX_MODELS; m++) {
+		struct kvb_mshared *ms = &o->sh->m[m];
+
+		atomic_init(&ms->unused_slots, 0);
+		atomic_init(&ms->next, 0);
+		atomic_init(&ms->done, 0);
+		atomic_init(&ms->prompt_blocks, 0);
+		atomic_init(&ms->hit_blocks, 0);
+	}
+	/* One model: one phase. N: each model's stream in turns. */
+	if (o->models == 1)
+		o->phase_requests = tr->nr ? (unsigned)tr->nr : 1;
+	else if (!o->phase_given)
+		o->phase_requests = (unsigned)((tr->nr + 3) / 4);
+	if (!o->phase_requests)
+		o->phase_requests = 1;
+	o->phases = o->models * (unsigned)((tr->nr + o->phase_requests - 1) /
+					   o->phase_requests);
 	return 0;
 }
 
@@ -2768,37 +3521,67 @@ static void replay_as_run(const struct opts *o, struct agg *a,
 
 /* ---- main ---- */
 
-/* Connect once: kvd is there, takes this geometry, and a request fits. */
-static int probe(const struct opts *o, struct agg *a)
+/* Connect once per model: kvd is there, takes it, and a request fits. */
+static int probe_model(const struct opts *o, struct agg *a, unsigned m)
 {
+	struct kv_pool_info *info = &a->info[m];
 	struct kv_client *c;
 	int ret;
 
-	if (connect_kvd(o, &c, "cannot use kvd"))
+	if (connect_kvd(o, m, &c, "cannot use kvd"))
 		return 1;
-	kv_pool_info(c, &a->info);
-	ret = kv_stats(c, &a->before);
+	kv_pool_info(c, info);
+	ret = kv_stats(c, &a->before[m]);
 	kv_disconnect(c);
 	if (ret) {
 		fprintf(stderr, "kvbench: STATS: %s\n", strerror(-ret));
 		return 1;
 	}
-	if (o->max_req_blocks > a->info.max_blocks) {
+	if (o->max_req_blocks > info->max_blocks) {
 		if (o->mode == KVB_MODE_REPLAY)
-			fprintf(stderr, "kvbench: the longest request (%u tokens) needs %u blocks; the pool holds only %u blocks of %llu bytes\n",
+			fprintf(stderr, "kvbench: the longest request (%u tokens) needs %u blocks; the pool holds only %u blocks of %llu bytes%s%s\n",
 				o->tr->max_total, o->max_req_blocks,
-				a->info.max_blocks,
-				(unsigned long long)a->info.block_bytes);
+				info->max_blocks,
+				(unsigned long long)info->block_bytes,
+				o->models > 1 ? " for model " : "",
+				o->models > 1 ? o->mdl[m].id : "");
 		else
 			fprintf(stderr, "kvbench: --max-tokens %u needs %u-block requests; the pool holds only %u blocks of %llu bytes\n",
 				o->max_tokens, o->max_req_blocks,
-				a->info.max_blocks,
-				(unsigned long long)a->info.block_bytes);
+				info->max_blocks,
+				(unsigned long long)info->block_bytes);
 		return 2;
 	}
-	if (a->info.block_bytes % sizeof(uint64_t)) {
+	if (info->block_bytes % sizeof(uint64_t)) {
 		fprintf(stderr, "kvbench: %llu-byte blocks: not a whole number of 64-bit words\n",
-			(unsigned long long)a->info.block_bytes);
+			(unsigned long long)info->block_bytes);
+		return 1;
+	}
+	return 0;
+}
+
+/* Each model, and the admin socket when there are samples to take. */
+static int probe(const struct opts *o, struct agg *a)
+{
+	struct kv_admin_status st;
+	int ret;
+
+	for (unsigned m = 0; m < o->models; m++) {
+		ret = probe_model(o, a, m);
+		if (ret)
+			return ret;
+	}
+	if (!o->sample_ms)
+		return 0;
+	a->reply = malloc(KV_ADMIN_REPLY_MAX);
+	if (!a->reply) {
+		fprintf(stderr, "kvbench: out of memory\n");
+		return 1;
+	}
+	ret = admin_status(o, a, &st);
+	if (ret < 0) {
+		fprintf(stderr, "kvbench: admin socket %s: %s (the time series needs it; see --admin-socket)\n",
+			o->admin_path, strerror(-ret));
 		return 1;
 	}
 	return 0;
@@ -2806,27 +3589,32 @@ static int probe(const struct opts *o, struct agg *a)
 
 static int final_stats(const struct opts *o, struct agg *a)
 {
-	struct kv_client *c = a->mon;
-	int ret;
+	int ret = 0, err;
 
-	if (!c && connect_kvd(o, &c, "pool stats after the run"))
-		return -1;
-	ret = kv_stats(c, &a->after);
-	kv_disconnect(c);
-	a->mon = NULL;
-	if (ret) {
-		fprintf(stderr, "kvbench: STATS: %s\n", strerror(-ret));
-		return -1;
+	for (unsigned m = 0; m < o->models; m++) {
+		struct kv_client *c = a->mon[m];
+
+		if (!c && connect_kvd(o, m, &c, "pool stats after the run")) {
+			ret = -1;
+			continue;
+		}
+		err = kv_stats(c, &a->after[m]);
+		kv_disconnect(c);
+		a->mon[m] = NULL;
+		if (err) {
+			fprintf(stderr, "kvbench: STATS: %s\n", strerror(-err));
+			ret = -1;
+		}
 	}
-	a->have_after = true;
-	return 0;
+	a->have_after = !ret;
+	return ret;
 }
 
 /* Aggregate, report, and decide the exit status; closes @json. */
 static int finish(const struct opts *o, struct agg *a, struct child *ch,
 		  FILE *json, bool ok)
 {
-	if (aggregate(a, ch, o->procs)) {
+	if (aggregate(a, ch, o->procs, o->models)) {
 		fprintf(stderr, "kvbench: out of memory for the samples\n");
 		if (json)
 			fclose(json);
@@ -2906,8 +3694,11 @@ int main(int argc, char **argv)
 out:
 	if (json)
 		fclose(json);
-	if (a.mon)
-		kv_disconnect(a.mon);
+	for (unsigned m = 0; m < KVB_MAX_MODELS; m++)
+		if (a.mon[m])
+			kv_disconnect(a.mon[m]);
+	free(a.reply);
+	series_free(&a.ts);
 	for (unsigned i = 0; ch && i < o.procs; i++) {
 		for (int k = 0; k < KVB_NR_OPS; k++)
 			free(ch[i].samp[k]);
