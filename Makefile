@@ -76,13 +76,13 @@ $(LIB): $(LIB_OBJS) libkvclient/libkvclient.map
 LIB_LINK	:= -L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..' \
 		   -Wl,-rpath,$(PREFIX)/lib
 
-$(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o
+$(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o $(O)/obj/tools/admin.o
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^
 
-$(O)/kvbench: $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(O)/obj/tools/trace.o $(LIB)
+$(O)/kvbench: $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(O)/obj/tools/trace.o $(O)/obj/tools/admin.o $(LIB)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(O)/obj/tools/trace.o $(LIB_LINK) -lm -ljson-c -lxxhash
+	$(Q)$(CC) $(CFLAGS) -o $@ $(O)/obj/tools/kvbench.o $(O)/obj/tools/emit.o $(O)/obj/tools/trace.o $(O)/obj/tools/admin.o $(LIB_LINK) -lm -ljson-c -lxxhash
 
 # Library unit tests (test_lib_*) link the library's objects, statics too.
 $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)

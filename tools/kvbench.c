@@ -61,6 +61,7 @@
 
 #include <kv/kv.h>
 
+#include "admin.h"
 #include "emit.h"
 #include "trace.h"
 
@@ -2103,39 +2104,6 @@ static int worker_init(struct worker *w, const struct opts *o, unsigned idx)
 
 /* ---- time series (the parent, through kvd's admin socket) ---- */
 
-/* One admin request, one reply datagram (as kvctl). Bytes or -errno. */
-static ssize_t admin_call(const char *path, uint32_t cmd, void *buf)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct kv_admin_req req = {
-		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
-		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN, .cmd = cmd,
-	};
-	struct timeval tv = { .tv_sec = 5 };
-	ssize_t n;
-	int fd;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	/* A kvd that accepts but never answers must not hang the run. */
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
-		n = -errno;
-		goto out;
-	}
-	n = recv(fd, buf, KV_ADMIN_REPLY_MAX, 0);
-	if (n < 0)
-		n = errno == EAGAIN ? -ETIMEDOUT : -errno;
-	else if (n == 0)
-		n = -ECONNRESET;
-out:
-	close(fd);
-	return n;
-}
-
 /*
  * KV_ADMIN_STATUS into a->reply, checked: the header in *@st, the number
  * of struct kv_admin_ns records after it (-errno on failure).
@@ -2143,7 +2111,7 @@ out:
 static int admin_status(const struct opts *o, struct agg *a,
 			struct kv_admin_status *st)
 {
-	ssize_t n = admin_call(o->admin_path, KV_ADMIN_STATUS, a->reply);
+	ssize_t n = kv_admin_call(o->admin_path, KV_ADMIN_STATUS, 0, 0, a->reply);
 
 	if (n < 0)
 		return (int)n;

@@ -14,6 +14,7 @@
 
 #include <kv/abi.h>
 
+#include "admin.h"
 #include "emit.h"
 
 #define ARRAY_LEN(a)	((int)(sizeof(a) / sizeof((a)[0])))
@@ -66,41 +67,6 @@ static int admin_path(const char *opt, char *buf, size_t len)
 	else
 		n = snprintf(buf, len, "%s/kvd-admin.sock", xdg);
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
-}
-
-/* One request, one reply datagram. Returns reply bytes or -errno. */
-static ssize_t admin_call(const char *path, uint32_t cmd, uint32_t arg0,
-			  uint32_t arg1, void *buf)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct kv_admin_req req = {
-		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
-		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN, .cmd = cmd,
-		.arg = { arg0, arg1 },
-	};
-	struct timeval tv = { .tv_sec = 5 };
-	ssize_t n;
-	int fd;
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	/* A kvd that accepts but never answers must not hang us. */
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
-		n = -errno;
-		goto out;
-	}
-	n = recv(fd, buf, REPLY_MAX, 0);
-	if (n < 0)
-		n = errno == EAGAIN ? -ETIMEDOUT : -errno;
-	else if (n == 0)
-		n = -ECONNRESET;
-out:
-	close(fd);
-	return n;
 }
 
 /* A model id as text: kvd checks it is printable; be safe anyway. */
@@ -414,7 +380,7 @@ static int emit_quota(struct kv_emit *e, const char *path,
 	if (!buf)
 		return 1;
 	emit_tenants(e, st, t);
-	n = admin_call(path, KV_ADMIN_STATUS, 0, 0, buf);
+	n = kv_admin_call(path, KV_ADMIN_STATUS, 0, 0, buf);
 	ret = n < 0 ? (int)n : reply_check(buf, n, sizeof(struct kv_admin_ns));
 	if (!ret)
 		emit_ns_quota(e, buf, (void *)((struct kv_admin_status *)buf + 1));
@@ -541,7 +507,7 @@ int main(int argc, char **argv)
 	buf = calloc(1, REPLY_MAX);
 	if (!buf)
 		return 1;
-	n = admin_call(path, code, ns, depth, buf);
+	n = kv_admin_call(path, code, ns, depth, buf);
 	st = buf;
 	ret = n < 0 ? (int)n : reply_check(st, n, rec);
 	if (ret && code == KV_ADMIN_RELOAD && n >= (ssize_t)(sizeof(*st) +

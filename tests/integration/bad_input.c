@@ -403,15 +403,7 @@ int main(void)
 
 	T_EQ(kv_release(bystander, by_ids, 4), 4);
 	T_EQ(kv_disconnect(bystander), 0);
-	for (int i = 0; i < 300; i++) {
-		js = t_kvctl(&k, "status");
-		if (t_json_int(js, "nr_clients") == 0)
-			break;
-		free(js);
-		js = NULL;
-		usleep(10000);
-	}
-	T_ASSERT(js);
+	js = t_status_idle(&k);
 	T_EQ(t_json_int(js, "nr_namespaces"), 0);	/* idle: freed */
 	T_EQ(t_json_int(js, "pages_used"), 0);
 	free(js);

@@ -263,3 +263,18 @@ long long t_json_int(const char *json, const char *key)
 		p++;
 	return strtoll(p, NULL, 10);
 }
+
+char *t_status_idle(struct t_kvd *k)
+{
+	char *js = NULL;
+
+	/* kvd sees a client's socket close asynchronously */
+	for (int i = 0; i < 300; i++) {
+		free(js);
+		js = t_kvctl(k, "status");
+		if (t_json_int(js, "nr_clients") == 0)
+			break;
+		usleep(10000);
+	}
+	return js;
+}

@@ -53,6 +53,8 @@ int t_connect(struct t_kvd *k, const char *model, const struct kv_geometry *g,
 struct kv_geometry t_geom(void);
 /* Run "kvctl ARGS --json" against k; returns malloc'd stdout. */
 char *t_kvctl(struct t_kvd *k, const char *args);
+/* kvctl status --json once kvd has seen every client go (up to 3 s). */
+char *t_status_idle(struct t_kvd *k);
 /* Integer value of "key": in a JSON text (first occurrence), or -1. */
 long long t_json_int(const char *json, const char *key);
 /* Path of a built binary (kvd, kvctl, kvbench) next to the test. */

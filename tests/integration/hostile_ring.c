@@ -96,7 +96,7 @@ int main(void)
 	struct kv_client *c, *by;
 	kv_block_t ids[3];
 	struct t_kvd k;
-	char *js = NULL;
+	char *js;
 	int ret = 0;
 
 	t_kvd_start(&k, "16M", NULL);
@@ -120,13 +120,7 @@ int main(void)
 	T_EQ(kv_release(by, ids, 3), 3);
 	T_EQ(kv_nop(by), 0);
 	T_EQ(kv_disconnect(by), 0);
-	for (int i = 0; i < 300; i++) {
-		free(js);
-		js = t_kvctl(&k, "status");
-		if (t_json_int(js, "nr_clients") == 0)
-			break;
-		usleep(10000);
-	}
+	js = t_status_idle(&k);
 	T_EQ(t_json_int(js, "nr_namespaces"), 0);	/* idle: freed */
 	T_EQ(t_json_int(js, "pages_used"), 0);
 	free(js);

@@ -82,14 +82,7 @@ int main(void)
 		T_ASSERT(WIFEXITED(status));
 		T_EQ(WEXITSTATUS(status), 0);
 	}
-	js = NULL;
-	for (int i = 0; i < 300; i++) {
-		free(js);
-		js = t_kvctl(&k, "status");
-		if (t_json_int(js, "nr_clients") == 0)
-			break;
-		usleep(10000);
-	}
+	js = t_status_idle(&k);
 	T_EQ(t_json_int(js, "nr_namespaces"), 0);	/* idle: freed */
 	T_EQ(t_json_int(js, "pages_used"), 0);
 	free(js);

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+#include <errno.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <kv/abi.h>
+
+#include "admin.h"
+
+ssize_t kv_admin_call(const char *path, uint32_t cmd, uint32_t arg0,
+		      uint32_t arg1, void *buf)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct kv_admin_req req = {
+		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
+		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN, .cmd = cmd,
+		.arg = { arg0, arg1 },
+	};
+	struct timeval tv = { .tv_sec = 5 };
+	ssize_t n;
+	int fd;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* A kvd that accepts but never answers must not hang the tool. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+		n = -errno;
+		goto out;
+	}
+	n = recv(fd, buf, KV_ADMIN_REPLY_MAX, 0);
+	if (n < 0)
+		n = errno == EAGAIN ? -ETIMEDOUT : -errno;
+	else if (n == 0)
+		n = -ECONNRESET;
+out:
+	close(fd);
+	return n;
+}

@@ -1,0 +1,19 @@
+/* SPDX-License-Identifier: MIT */
+/* The tools' side of kvd's admin socket (kvctl, kvbench). */
+#ifndef KV_TOOLS_ADMIN_H
+#define KV_TOOLS_ADMIN_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+/*
+ * kv_admin_call - send one KV_ADMIN_* request with its two arguments to
+ * the admin socket at @path and receive the reply datagram into @buf
+ * (KV_ADMIN_REPLY_MAX bytes). Returns the reply's bytes, or -errno
+ * (-ETIMEDOUT when kvd does not answer in 5 s, -ECONNRESET when it
+ * closed the connection). Thread-safe.
+ */
+ssize_t kv_admin_call(const char *path, uint32_t cmd, uint32_t arg0,
+		      uint32_t arg1, void *buf);
+
+#endif
