@@ -491,5 +491,7 @@ void kvd_clients_tick(struct kvd *d)
 		if (c->state == KVD_CLIENT_HELLO &&
 		    now - c->t_accept_ns > d->cfg.hello_timeout_ms * 1000000ULL)
 			kvd_client_kill(d, c, "no HELLO in time");
+		else if (c->state == KVD_CLIENT_LIVE && c->ext_behind)
+			kvd_extents_send(d, c);
 	}
 }

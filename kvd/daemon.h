@@ -71,6 +71,7 @@ struct kvd_client {
 	int		tenant;		/* index, -1 before HELLO */
 	uint32_t	*ext_sent;	/* gen of each extent it has, 0: none */
 	const char	*doomed;	/* to be disconnected after this pass */
+	bool		ext_behind;	/* extents still to send (socket full) */
 	uint64_t	t_accept_ns;
 
 	/* ring mapping, daemon side */

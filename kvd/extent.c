@@ -143,17 +143,26 @@ static int send_extent(struct kvd *d, struct kvd_client *c, uint32_t e)
 }
 
 /*
- * Send @c every extent its tenant owns that it lacks. A client that
- * cannot take them (its socket full) cannot be served: it is marked and
- * disconnected after the current pass.
+ * Send @c every extent its tenant owns that it lacks. An idle client's
+ * socket may be full of extents it has not read yet (it reads them on its
+ * next request): the rest is sent before kvd serves its ring again
+ * (ext_behind). A client whose socket is gone is disconnected.
  */
 void kvd_extents_send(struct kvd *d, struct kvd_client *c)
 {
+	c->ext_behind = false;
 	for (uint32_t e = 0; e < d->pool.nr_extents; e++) {
+		int ret;
+
 		if (d->pool.ext_owner[e] != c->tenant ||
 		    c->ext_sent[e] == d->ext_gen[e])
 			continue;
-		if (send_extent(d, c, e)) {
+		ret = send_extent(d, c, e);
+		if (ret == -EAGAIN || ret == -ENOBUFS) {
+			c->ext_behind = true;
+			return;
+		}
+		if (ret) {
 			c->doomed = "cannot pass it a pool extent";
 			d->doomed = true;
 			return;

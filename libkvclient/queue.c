@@ -56,6 +56,7 @@ int kv_submit(struct kv_client *c)
 
 	if (c->dead)
 		return -ECONNRESET;
+	__kv_extents_pending(c);
 	if (!n)
 		return 0;
 	/* C1: publish the SQEs; pairs with kvd's acquire of sq_tail (D1). */

@@ -313,12 +313,7 @@ void *kv_block_ptr(const struct kv_client *c, kv_block_t id)
 
 	if (!c || id >= c->max_blocks)
 		return NULL;
-	/* kvd sent extents (maybe a newer memfd of one we map): read them,
-	 * clearing the flag first so that a later one is not missed. */
-	if (KV_READ_ONCE(*c->sq_kflags) & KV_SQ_EXTENTS) {
-		kv_atomic_andnot(mc->sq_kflags, KV_SQ_EXTENTS);
-		__kv_recv_extents(mc);
-	}
+	__kv_extents_pending(mc);
 	off = (uint64_t)id * c->block_bytes;
 	if (!c->ext_gen[off / c->extent_bytes] ||
 	    !c->ext_gen[(off + c->block_bytes - 1) / c->extent_bytes]) {
@@ -328,6 +323,20 @@ void *kv_block_ptr(const struct kv_client *c, kv_block_t id)
 			return NULL;
 	}
 	return (uint8_t *)c->pool + off;
+}
+
+/*
+ * kvd sent extents (maybe a newer memfd of one we map): read them,
+ * clearing the flag first so that a later one is not missed. One load
+ * when there is nothing; called on every submit and block lookup, so
+ * the socket never fills up with unread extents.
+ */
+void __kv_extents_pending(struct kv_client *c)
+{
+	if (!(KV_READ_ONCE(*c->sq_kflags) & KV_SQ_EXTENTS))
+		return;
+	kv_atomic_andnot(c->sq_kflags, KV_SQ_EXTENTS);
+	__kv_recv_extents(c);
 }
 
 /*
