@@ -146,6 +146,12 @@ clang-check: $(DEPS_STAMP)
 	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) $(wildcard kernels/*.c) tools/*.c tests/unit/*.c tests/integration/*.c; do \
 		clang $(BASE_CFLAGS) -Ikvd -Ikernels -fsyntax-only $$f || exit 1; done
 
+# The whole suite again under AddressSanitizer and UBSan, in build-check/.
+SAN_FLAGS	:= -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+		   -fno-sanitize-recover=undefined
+check:
+	$(Q)$(MAKE) O=build-check CFLAGS="$(SAN_FLAGS)" NVCC= test
+
 demo: all
 	$(Q)sh tools/demo.sh $(O)
 
@@ -169,5 +175,5 @@ install: all
 clean:
 	rm -rf $(O)
 
-.PHONY: all test man-check clang-check demo install clean kernels
+.PHONY: all test check man-check clang-check demo install clean kernels
 .SECONDARY:

@@ -294,7 +294,7 @@ static void namespace_reclaim(void)
 
 	t_kvd_start(&small, "64M", "--max-namespaces", "2", NULL);
 	for (int i = 0; i < 5; i++) {
-		snprintf(name, sizeof(name), "model-%d", i);
+		snprintf(name, sizeof(name), "model-%u", (unsigned)i & 7);
 		T_EQ(t_connect(&small, name, NULL, &c), 0);
 		T_EQ(kv_alloc(c, 1, &e.id), 1);
 		e.hash.b[0] = (uint8_t)(i + 1);
