@@ -191,6 +191,15 @@ static void refuse(struct kvd *d, struct kvd_client *c, int err,
 	kvd_client_kill(d, c, NULL);
 }
 
+/* Names end up in logs and kvctl tables: no spaces, no control bytes. */
+static bool printable(const char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x21 || *s > 0x7e)
+			return false;
+	return true;
+}
+
 /* Check a HELLO: returns 0 or -errno with *why set. */
 static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
 		       const char **why)
@@ -221,21 +230,17 @@ static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
 		*why = "model_id must be a non-empty NUL-terminated string";
 		return -EINVAL;
 	}
-	for (const char *p = h->model_id; *p; p++) {
-		if (*p < 0x21 || *p > 0x7e) {
-			*why = "model_id must be printable ASCII without spaces";
-			return -EINVAL;
-		}
+	if (!printable(h->model_id)) {
+		*why = "model_id must be printable ASCII without spaces";
+		return -EINVAL;
 	}
 	if (!memchr(h->model_rev, 0, sizeof(h->model_rev))) {
 		*why = "model_rev must be NUL-terminated";
 		return -EINVAL;
 	}
-	for (const char *p = h->model_rev; *p; p++) {
-		if (*p < 0x21 || *p > 0x7e) {
-			*why = "model_rev must be printable ASCII without spaces";
-			return -EINVAL;
-		}
+	if (!printable(h->model_rev)) {
+		*why = "model_rev must be printable ASCII without spaces";
+		return -EINVAL;
 	}
 	return kvd_geometry_check(&h->geom, d->pool.bytes, why);
 }

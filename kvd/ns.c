@@ -531,7 +531,6 @@ void kvd_block_put(struct kvd_ns *ns, uint32_t id)
 		__kvd_block_free(ns, id);
 }
 
-#define put_block	kvd_block_put
 
 /*
  * kvd_ns_alloc - @nr new blocks, each with one ref held by @hr; ids
@@ -550,18 +549,24 @@ int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 	return __kvd_ns_alloc_ids(ns, hr, ids, nr);
 }
 
-/* Blocks that can still be had: free in slabs, in free pages, cached. */
-static uint64_t can_alloc(const struct kvd_ns *ns)
+/*
+ * Can @nr more blocks still be had: free in our slabs, in free pages (in
+ * whole slabs of this geometry), then in other namespaces' slabs that
+ * would come back as pages once their cached blocks are evicted (their
+ * blocks not in use, down to their guaranteed minimum)? An estimate; a
+ * failing ALLOC still unwinds. The scan of other namespaces runs only
+ * when the pool itself is short, off the common path.
+ */
+static bool has_room(const struct kvd_ns *ns, uint32_t nr)
 {
 	uint64_t free_pages = ns->pool->nr_pages - ns->pool->pages_used;
+	uint64_t bytes, have;
 
-	uint64_t other = 0;
-
-	/*
-	 * Other namespaces' slabs may come back as pages once their cached
-	 * blocks are evicted: count their blocks not in use, down to their
-	 * guaranteed minimum. An estimate; a failing ALLOC still unwinds.
-	 */
+	free_pages -= free_pages % ns->slab_pages;
+	bytes = free_pages * KV_PAGE_BYTES;
+	have = (uint64_t)ns->nr_blocks - ns->blocks_used;
+	if (have + bytes / ns->block_bytes >= nr)
+		return true;
 	for (uint32_t i = 0; ns->pool->ns && i < ns->pool->nr_ns; i++) {
 		const struct kvd_ns *o = &ns->pool->ns[i];
 		uint64_t spare, room;
@@ -572,12 +577,9 @@ static uint64_t can_alloc(const struct kvd_ns *ns)
 		room = o->acct.pages > o->acct.min_pages ?
 		       (uint64_t)(o->acct.pages - o->acct.min_pages) *
 		       KV_PAGE_BYTES : 0;
-		other += spare < room ? spare : room;
+		bytes += spare < room ? spare : room;
 	}
-	/* Free pages count in whole slabs of this geometry only. */
-	free_pages -= free_pages % ns->slab_pages;
-	return (uint64_t)ns->nr_blocks - ns->blocks_used +
-	       (free_pages * KV_PAGE_BYTES + other) / ns->block_bytes;
+	return have + bytes / ns->block_bytes >= nr;
 }
 
 /* Checked by the caller: @nr blocks for @hr, all or nothing. */
@@ -588,7 +590,7 @@ int __kvd_ns_alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
 	int ret;
 
 	/* Cheap refusal first, so a hopeless ALLOC evicts nothing. */
-	if (can_alloc(ns) < nr)
+	if (!has_room(ns, nr))
 		return -ENOSPC;
 	for (i = 0; i < nr; i++) {
 		ret = block_alloc(ns, &id);
@@ -604,7 +606,7 @@ err_unwind:
 		hold_del(&ns->holds, hr, hold_find(&ns->holds, hr->slot,
 						   ids[i]));
 		hr->nr_refs--;
-		put_block(ns, ids[i]);
+		kvd_block_put(ns, ids[i]);
 	}
 	return ret;
 }
@@ -640,7 +642,7 @@ int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *hr,
 		if (h != KVD_NIL && hs->nodes[h].count == 0)
 			hold_del(hs, hr, h);
 		hr->nr_refs--;
-		put_block(ns, ids[i]);
+		kvd_block_put(ns, ids[i]);
 	}
 	return (int)nr;
 
@@ -694,6 +696,6 @@ void kvd_ns_release_all(struct kvd_ns *ns, struct kvd_holder *hr)
 		hr->nr_refs -= count;
 		kvd_warn_on_once(ns->blocks[block].ref < count);
 		ns->blocks[block].ref -= count - 1;
-		put_block(ns, block);
+		kvd_block_put(ns, block);
 	}
 }
