@@ -20,6 +20,13 @@ PREFIX		?= /usr/local
 CUDA_HOME	?= /usr/local/cuda
 NVCC		?= $(shell command -v nvcc 2>/dev/null || { [ -x $(CUDA_HOME)/bin/nvcc ] && echo $(CUDA_HOME)/bin/nvcc; })
 
+# The cuda backend and the library's CUDA import compile against the
+# toolkit's cuda.h (types only: the driver is dlopen'ed at run time).
+HAVE_CUDA_H	:= $(wildcard $(CUDA_HOME)/include/cuda.h)
+ifneq ($(HAVE_CUDA_H),)
+BASE_CFLAGS	+= -DKV_HAVE_CUDA -isystem $(CUDA_HOME)/include
+endif
+
 KVD_SRCS	:= $(wildcard kvd/*.c)
 LIB_SRCS	:= $(wildcard libkvclient/*.c)
 KERNEL_CU	:= $(wildcard kernels/*.cu)
@@ -27,7 +34,7 @@ UNIT_SRCS	:= $(filter-out tests/unit/test_lib_%,$(wildcard tests/unit/test_*.c))
 LIBUNIT_SRCS	:= $(wildcard tests/unit/test_lib_*.c)
 INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
 
-KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o)
+KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o) $(O)/obj/libkvclient/cudadrv.o
 LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o)
 KVD_CORE_OBJS	:= $(filter-out $(O)/obj/kvd/main.o,$(KVD_OBJS))
 KERNEL_REF_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard kernels/*.c))
@@ -35,7 +42,7 @@ KERNEL_REF_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard kernels/*.c))
 LIB		:= $(O)/$(SONAME)
 UNIT_BINS	:= $(UNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%) \
 		   $(LIBUNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%)
-LIB_LIBS	:= -lxxhash -lcrypto
+LIB_LIBS	:= -lxxhash -lcrypto -ldl
 INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
 TOOLS		:= $(O)/kvctl $(O)/kvbench
 DEPS_STAMP	:= $(O)/.deps-ok
@@ -53,7 +60,7 @@ $(DEPS_STAMP): scripts/install-deps.sh
 	$(Q)sh scripts/install-deps.sh
 	@touch $@
 
-$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h tests/integration/*.h kernels/*.h)
+$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h tests/integration/*.h kernels/*.h libkvclient/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels $(CFLAGS) -c -o $@ $<
@@ -65,7 +72,7 @@ $(O)/pic/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h libkvclient/*.h)
 
 $(O)/kvd: $(KVD_OBJS)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -luring -ljemalloc -lxxhash
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -luring -ljemalloc -lxxhash -ldl
 
 $(LIB): $(LIB_OBJS) libkvclient/libkvclient.map
 	@echo "  LD      $@"
@@ -92,9 +99,9 @@ $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)
 # Unit tests link only the daemon modules (and cmocka).
 $(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(KERNEL_REF_OBJS)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring -lxxhash
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring -lxxhash -ldl
 
-$(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h kvd/*.c kernels/*.h)
+$(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h kvd/*.c kernels/*.h tests/unit/*.h libkvclient/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd -Ikernels $(CFLAGS) -c -o $@ $<
@@ -102,7 +109,7 @@ $(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/
 $(O)/tests/integration/%: $(O)/obj/tests/integration/%.o $(O)/obj/tests/integration/harness.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/obj/tests/integration/harness.o $(LIB_LINK)
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/obj/tests/integration/harness.o $(LIB_LINK) -ldl
 
 # CUDA kernels (kernels/*.cu): compiled for Hopper (sm_90) and PTX, and
 # linked with the static CUDA runtime, whenever nvcc exists.
@@ -126,8 +133,17 @@ $(O)/tests/gpu/copy_blocks_check: tests/gpu/copy_blocks_check.c $(O)/libkvkernel
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \
 		$(O)/libkvkernels.a -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 
+# Two engine processes on the cuda backend (tests/gpu/run.sh): the CUDA
+# runtime, linked statically, writes and reads blocks on the device.
+$(O)/tests/gpu/cuda_clients: tests/gpu/cuda_clients.c $(LIB)
+	@mkdir -p $(dir $@)
+	@echo "  LD      $@"
+	$(Q)$(CC) $(BASE_CFLAGS) -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \
+		-L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN/../..' \
+		-L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread
+
 ifneq ($(NVCC),)
-kernels: $(O)/libkvkernels.a $(O)/tests/gpu/copy_blocks_check
+kernels: $(O)/libkvkernels.a $(O)/tests/gpu/copy_blocks_check $(O)/tests/gpu/cuda_clients
 else
 kernels:
 	@echo "  CUDA    nvcc not found (PATH, CUDA_HOME=$(CUDA_HOME)): GPU code skipped"

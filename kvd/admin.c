@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "daemon.h"
 
 void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st)
@@ -18,7 +19,11 @@ void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st)
 	st->abi_major = KV_ABI_MAJOR;
 	st->abi_minor = KV_ABI_MINOR;
 	st->type = KV_MSG_ADMIN_REPLY;
-	st->backend = d->cfg.backend;
+	st->backend = d->be ? (uint32_t)d->be->backend : 0;
+	st->export_kind = d->be ? (uint32_t)d->be->export_kind : 0;
+	st->device = d->be && d->be->backend == KV_BACKEND_CUDA ?
+		     d->cfg.device : -1;
+	st->backed_bytes = d->backed_bytes;
 	st->pid = (uint32_t)getpid();
 	st->pool_bytes = d->pool.bytes;
 	st->page_bytes = KV_PAGE_BYTES;

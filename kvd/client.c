@@ -14,6 +14,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "backend.h"
 #include "daemon.h"
 
 /* The connection that has waited longest for its HELLO. */
@@ -362,22 +363,32 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	if (c->sq_evfd < 0 || c->cq_evfd < 0)
 		return refuse(d, c, -EMFILE, "eventfd failed");
 	free(c->ext_sent);
-	c->ext_sent = calloc(d->pool.nr_extents, sizeof(*c->ext_sent));
+	c->ext_sent = calloc(d->pool.nr_extents + 1, sizeof(*c->ext_sent));
 	if (!c->ext_sent)
 		return refuse(d, c, -ENOMEM, "out of memory");
 
 	w.client_id = c->id;
 	w.ns_id = c->ns->id;
-	w.backend = KV_BACKEND_HOST;
+	w.backend = d->be->backend;
+	w.export_kind = d->be->export_kind;
+	w.device = -1;
+	if (w.backend == KV_BACKEND_CUDA)
+		kvd_cuda_welcome(d, &w);
 	w.pool_bytes = d->pool.bytes;
 	w.page_bytes = KV_PAGE_BYTES;
 	w.block_bytes = c->ns->block_bytes;
 	w.slab_bytes = c->ns->slab_bytes;
 	w.max_blocks = c->ns->max_blocks;
-	w.features = KV_FEAT_NEED_WAKEUP | KV_FEAT_EXTENTS;
+	w.features = KV_FEAT_NEED_WAKEUP;
 	w.ring = c->off;
-	w.extent_bytes = (uint64_t)d->pool.extent_pages * KV_PAGE_BYTES;
-	w.nr_extents = d->pool.nr_extents;
+	/* legacy: one range, the whole pool, opened from w.ipc_handle */
+	w.extent_bytes = d->pool.bytes;
+	w.nr_extents = 1;
+	if (d->be->extents) {
+		w.features |= KV_FEAT_EXTENTS;
+		w.extent_bytes = (uint64_t)d->pool.extent_pages * KV_PAGE_BYTES;
+		w.nr_extents = d->pool.nr_extents;
+	}
 	fds[0] = c->ring_fd;
 	fds[1] = c->sq_evfd;
 	fds[2] = c->cq_evfd;

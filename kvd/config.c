@@ -344,6 +344,21 @@ static int set_backend(struct parser *p, const struct conf_key *k,
 	return 0;
 }
 
+static int set_export(struct parser *p, const struct conf_key *k,
+		      const char *val)
+{
+	int *out = (int *)((char *)sect_base(p) + k->off);
+
+	if (!strcmp(val, "vmm"))
+		*out = KV_EXPORT_VMM;
+	else if (!strcmp(val, "legacy"))
+		*out = KV_EXPORT_LEGACY;
+	else
+		return perr(p, "%s: unknown export '%s' (vmm or legacy)",
+			    k->name, val);
+	return 0;
+}
+
 static int set_path(struct parser *p, const struct conf_key *k,
 		    const char *val)
 {
@@ -599,6 +614,10 @@ static int set_secret(struct parser *p, const struct conf_key *k,
 static const struct conf_key global_keys[] = {
 	GLOBAL("pool_size", set_size, pool_bytes, 0, 0),
 	GLOBAL("backend", set_backend, backend, 0, 0),
+	GLOBAL("device", set_u32, device, 0, 255),
+	{ .name = "export", .set = set_export,
+	  .off = offsetof(struct kvd_conf, export_kind),
+	  .has = offsetof(struct kvd_conf, has_export_kind) },
 	GLOBAL("socket", set_path, socket, 0, 0),
 	GLOBAL("socket_mode", set_mode, socket_mode, 0, 0),
 	GLOBAL("admin_socket", set_path, admin_socket, 0, 0),

@@ -58,6 +58,10 @@ struct kvd_conf {
 	bool		has_pool_bytes;
 	int		backend;	/* KV_BACKEND_HOST, KV_BACKEND_CUDA, 0: auto */
 	bool		has_backend;
+	uint32_t	device;		/* cuda device ordinal, 0..255 */
+	bool		has_device;
+	int		export_kind;	/* KV_EXPORT_VMM or KV_EXPORT_LEGACY */
+	bool		has_export_kind;
 	char		socket[KVD_CONF_PATH_MAX];	/* absolute path */
 	bool		has_socket;
 	unsigned	socket_mode;	/* 0..0777 */

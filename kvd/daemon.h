@@ -17,6 +17,7 @@
 #include "pool.h"
 
 #define KVD_MAX_TENANTS	256
+#define KVD_BACKEND_AUTO	(-1)	/* cfg.backend: cuda if a device, else host */
 
 struct kvd_tenant {
 	bool		live;
@@ -37,7 +38,10 @@ struct kvd_config {
 	const char	*socket_path;
 	const char	*admin_path;
 	uint64_t	pool_bytes;
-	int		backend;	/* KV_BACKEND_HOST */
+	int		backend;	/* KV_BACKEND_*, 0: auto */
+	int		device;		/* cuda device ordinal */
+	bool		device_set;	/* given on the command line */
+	int		export_kind;	/* cuda: KV_EXPORT_VMM or _LEGACY */
 	bool		hugepages;
 	uint64_t	extent_bytes;	/* 0: pool / 32, within 2 MiB..1 GiB */
 	uint32_t	max_clients;
@@ -123,9 +127,16 @@ struct kvd {
 	struct kvd_tenant tenants[KVD_MAX_TENANTS];
 	struct io_uring	ring;
 	struct kvd_pool	pool;
-	void		*pool_map;	/* kvd's own mapping of the pool */
-	int		*ext_fd;	/* [nr_extents] memfds (extent.c) */
-	uint32_t	*ext_gen;	/* bumped when an extent gets a new memfd */
+	const struct kvd_backend *be;	/* where the pool lives (backend.h) */
+	struct kvd_cuda	*cuda;		/* the cuda backend's state */
+	void		*pool_map;	/* kvd's view of the pool (a device
+					 * address on cuda: never dereferenced) */
+	uint64_t	backed_bytes;	/* of it, backed by memory now */
+	int		*ext_fd;	/* [nr_extents] exported fds, -1: unbacked */
+	uint32_t	*ext_gen;	/* bumped each time an extent is backed */
+	uint32_t	*ext_idle;	/* ticks an extent has had no page in use */
+	bool		ext_lazy;	/* extents grow and shrink (extent.c) */
+	bool		be_live;	/* be->init done, be->exit not yet */
 	int		listen_fd;
 	int		admin_fd;
 	int		signal_fd;
@@ -148,7 +159,7 @@ struct kvd {
 	uint64_t	secret;		/* random per start: tenant keys */
 
 	bool		accept_paused[2];	/* out of fds: re-armed by the tick */
-	struct kvd_ratelimit rl_full, rl_kill, rl_accept;
+	struct kvd_ratelimit rl_full, rl_kill, rl_accept, rl_ext;
 	uint8_t		sigbuf[128];	/* struct signalfd_siginfo */
 	struct __kernel_timespec tick;
 };
@@ -200,6 +211,7 @@ int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 int kvd_extents_create(struct kvd *d, uint64_t extent_bytes);
 void kvd_extents_destroy(struct kvd *d);
 void kvd_extents_send(struct kvd *d, struct kvd_client *c);
+void kvd_extents_tick(struct kvd *d);
 int kvd_extent_claim(struct kvd_pool *pool, uint32_t e, int32_t owner);
 
 /* tenant.c */

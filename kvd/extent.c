@@ -1,27 +1,32 @@
 // SPDX-License-Identifier: MIT
 /*
- * The host backend's extents: the pool is a row of sealed memfds, one per
- * extent, mapped at their pool offsets (kvd's own mapping and every
- * client's), so a block is still at pool base + id * block_bytes.
+ * The pool's extents: backed by the backend (kvd/host.c, kvd/cuda.c),
+ * mapped at their pool offsets in kvd's view and every client's, so a
+ * block is still at pool base + id * block_bytes.
+ *
+ * Grow and shrink: on lazy backends an extent gets memory when a slab
+ * first needs a page of it, and gives it back once it has had no page in
+ * use for KVD_EXT_IDLE_TICKS ticks (the pause keeps a burst of frees and
+ * allocations from remaking it each time).
  *
  * Isolation by extents: an extent belongs to one tenant while any of its
  * pages is in use (kvd/pool.c), and a client receives only its tenant's
- * extents. When an extent passes to another tenant it gets a new memfd:
- * the old one, which earlier clients may still map, is emptied (hole
- * punched) and dropped, so no tenant ever sees another's KV bytes.
+ * extents. When an extent passes to another tenant it is remade (new
+ * memory, new fd, gen + 1) and the old one dropped, so no tenant ever
+ * sees another's KV bytes. Clients that mapped a dropped extent are told
+ * to unmap it (KV_EXTENT_DROP).
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <linux/falloc.h>
-#include <linux/memfd.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <kv/barrier.h>
 
+#include "backend.h"
 #include "daemon.h"
+
+#define KVD_EXT_IDLE_TICKS	4	/* 1 s at the 250 ms tick */
 
 static uint64_t ext_off(const struct kvd *d, uint32_t e)
 {
@@ -36,88 +41,92 @@ static uint64_t ext_len(const struct kvd *d, uint32_t e)
 	return (end < d->pool.bytes ? end : d->pool.bytes) - ext_off(d, e);
 }
 
-/* A sealed memfd of @len bytes mapped at its place in kvd's view. */
-static int ext_map(struct kvd *d, uint32_t e)
+static int ext_back(struct kvd *d, uint32_t e)
 {
-	unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
-	uint64_t len = ext_len(d, e);
-	void *at = (uint8_t *)d->pool_map + ext_off(d, e);
-	int fd;
+	int fd = d->be->ext_create(d, e, ext_off(d, e), ext_len(d, e));
 
-	if (d->cfg.hugepages)
-		flags |= MFD_HUGETLB | MFD_HUGE_2MB;
-	fd = memfd_create("kvd-pool", flags);
 	if (fd < 0)
-		return -errno;
-	/* Clients must not resize an extent under kvd or each other. */
-	if (ftruncate(fd, (off_t)len) ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) ||
-	    mmap(at, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
-		 0) == MAP_FAILED) {
-		int ret = -errno;
+		return fd;
+	d->ext_fd[e] = fd;
+	d->ext_gen[e]++;
+	d->ext_idle[e] = 0;
+	d->backed_bytes += ext_len(d, e);
+	return 0;
+}
 
-		close(fd);
-		return ret;
-	}
-	return fd;
+static void ext_unback(struct kvd *d, uint32_t e)
+{
+	d->be->ext_destroy(d, e, ext_off(d, e), ext_len(d, e), d->ext_fd[e]);
+	d->ext_fd[e] = -1;
+	d->backed_bytes -= ext_len(d, e);
 }
 
 /*
- * kvd_extents_create - reserve the pool's address range and back it with
- * extents of @extent_bytes. Huge pages are reserved at mmap time, so a
- * shortage fails here, not in every client.
+ * kvd_extents_create - set up kvd's view of the pool and its extents of
+ * @extent_bytes. Eager backends (host with huge pages) back every extent
+ * now, so a shortage fails at start, not in every client.
  */
 int kvd_extents_create(struct kvd *d, uint64_t extent_bytes)
 {
 	uint32_t n;
 	int ret;
 
+	if (!d->be->extents) {
+		ret = d->be->init(d);	/* one range: no owners, no isolation */
+		d->backed_bytes = ret ? 0 : d->pool.bytes;
+		d->be_live = !ret;
+		return ret;
+	}
 	ret = kvd_pool_set_extents(&d->pool,
 				   (uint32_t)(extent_bytes / KV_PAGE_BYTES));
 	if (ret)
 		return ret;
+	ret = d->be->init(d);
+	if (ret)
+		return ret;
+	d->be_live = true;
+	d->pool.on_claim = kvd_extent_claim;
+	d->pool.priv = d;
 	n = d->pool.nr_extents;
 	d->ext_fd = malloc(n * sizeof(*d->ext_fd));
 	d->ext_gen = calloc(n, sizeof(*d->ext_gen));
-	if (!d->ext_fd || !d->ext_gen)
+	d->ext_idle = calloc(n, sizeof(*d->ext_idle));
+	if (!d->ext_fd || !d->ext_gen || !d->ext_idle)
 		return -ENOMEM;
-	d->pool_map = mmap(NULL, d->pool.bytes, PROT_NONE,
-			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (d->pool_map == MAP_FAILED) {
-		d->pool_map = NULL;
-		return -errno;
-	}
-	for (uint32_t e = 0; e < n; e++) {
-		d->ext_fd[e] = ext_map(d, e);
-		if (d->ext_fd[e] < 0) {
-			ret = d->ext_fd[e];
-			while (e--)
-				close(d->ext_fd[e]);
+	for (uint32_t e = 0; e < n; e++)
+		d->ext_fd[e] = -1;
+	d->ext_lazy = d->be->lazy && !d->cfg.hugepages;
+	for (uint32_t e = 0; !d->ext_lazy && e < n; e++) {
+		ret = ext_back(d, e);
+		if (ret)
 			return ret;
-		}
-		d->ext_gen[e] = 1;
 	}
-	d->pool.on_claim = kvd_extent_claim;
-	d->pool.priv = d;
 	return 0;
 }
 
 void kvd_extents_destroy(struct kvd *d)
 {
+	if (!d->be_live)
+		return;
 	for (uint32_t e = 0; d->ext_fd && e < d->pool.nr_extents; e++)
-		close(d->ext_fd[e]);
-	if (d->pool_map)
-		munmap(d->pool_map, d->pool.bytes);
+		if (d->ext_fd[e] >= 0)
+			ext_unback(d, e);
+	d->be->exit(d);
+	d->be_live = false;
 	free(d->ext_fd);
 	free(d->ext_gen);
+	free(d->ext_idle);
+	d->ext_fd = NULL;
+	d->ext_gen = d->ext_idle = NULL;
 }
 
-static int send_extent(struct kvd *d, struct kvd_client *c, uint32_t e)
+static int send_extent(struct kvd *d, struct kvd_client *c, uint32_t e,
+		       bool drop)
 {
 	struct kv_extent_msg m = {
 		.magic = KV_MAGIC, .type = KV_MSG_EXTENT, .size = sizeof(m),
 		.index = e, .offset = ext_off(d, e), .bytes = ext_len(d, e),
-		.gen = d->ext_gen[e],
+		.gen = d->ext_gen[e], .flags = drop ? KV_EXTENT_DROP : 0,
 	};
 	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
 	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
@@ -127,37 +136,57 @@ static int send_extent(struct kvd *d, struct kvd_client *c, uint32_t e)
 	};
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
 
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &d->ext_fd[e], sizeof(int));
+	if (drop) {
+		msg.msg_control = NULL;
+		msg.msg_controllen = 0;
+	} else {
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &d->ext_fd[e], sizeof(int));
+	}
 	if (sendmsg(c->sock, &msg, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
 		return -errno;
-	c->ext_sent[e] = d->ext_gen[e];
+	c->ext_sent[e] = drop ? 0 : d->ext_gen[e];
 	/* Tell the library to read it before it touches the extent: it
-	 * may still map an older memfd of this index. Published with the
+	 * may still map an older one of this index. Published with the
 	 * CQEs that follow (release), so seen before they are. */
 	if (c->sq_kflags)
 		kv_atomic_or(c->sq_kflags, KV_SQ_EXTENTS);
 	return 0;
 }
 
+/* What @c should be told about extent @e: 1 map it, -1 drop it, 0 none. */
+static int ext_news(const struct kvd *d, const struct kvd_client *c,
+		    uint32_t e)
+{
+	bool ours = d->pool.ext_owner[e] == c->tenant && d->ext_fd[e] >= 0;
+
+	if (ours)
+		return c->ext_sent[e] != d->ext_gen[e];
+	/* A free extent it still maps may come back to its tenant as is. */
+	if (c->ext_sent[e] && (d->ext_fd[e] < 0 ||
+			       c->ext_sent[e] != d->ext_gen[e]))
+		return -1;
+	return 0;
+}
+
 /*
- * Send @c every extent its tenant owns that it lacks. An idle client's
- * socket may be full of extents it has not read yet (it reads them on its
- * next request): the rest is sent before kvd serves its ring again
- * (ext_behind). A client whose socket is gone is disconnected.
+ * Bring @c's extents up to date: its tenant's that it lacks, drops for
+ * the ones it maps that are gone. An idle client's socket may be full of
+ * messages it has not read yet (it reads them on its next request): the
+ * rest is sent before kvd serves its ring again (ext_behind). A client
+ * whose socket is gone is disconnected.
  */
 void kvd_extents_send(struct kvd *d, struct kvd_client *c)
 {
 	c->ext_behind = false;
 	for (uint32_t e = 0; e < d->pool.nr_extents; e++) {
-		int ret;
+		int news = ext_news(d, c, e), ret;
 
-		if (d->pool.ext_owner[e] != c->tenant ||
-		    c->ext_sent[e] == d->ext_gen[e])
+		if (!news)
 			continue;
-		ret = send_extent(d, c, e);
+		ret = send_extent(d, c, e, news < 0);
 		if (ret == -EAGAIN || ret == -ENOBUFS) {
 			c->ext_behind = true;
 			return;
@@ -170,30 +199,57 @@ void kvd_extents_send(struct kvd *d, struct kvd_client *c)
 	}
 }
 
+static void extents_send_all(struct kvd *d)
+{
+	for (uint32_t i = 0; i < d->nr_slots; i++) {
+		struct kvd_client *c = &d->clients[i];
+
+		if (c->state == KVD_CLIENT_LIVE && c->ext_sent)
+			kvd_extents_send(d, c);
+	}
+}
+
 /* pool->on_claim: extent @e is now @owner's (it had no page in use). */
 int kvd_extent_claim(struct kvd_pool *pool, uint32_t e, int32_t owner)
 {
 	struct kvd *d = pool->priv;
-	int fd;
+	int ret;
 
-	if (pool->ext_last[e] != KVD_EXT_FREE && pool->ext_last[e] != owner) {
-		/* Another tenant's bytes were here: a fresh memfd. */
-		fd = ext_map(d, e);
-		if (fd < 0) {
-			kvd_err("extent %u: new memfd: %s", e, strerror(-fd));
-			return fd;
+	if (d->ext_fd[e] >= 0 && pool->ext_last[e] != KVD_EXT_FREE &&
+	    pool->ext_last[e] != owner)
+		ext_unback(d, e);	/* another tenant's bytes were here */
+	if (d->ext_fd[e] < 0) {
+		ret = ext_back(d, e);
+		if (ret) {
+			if (kvd_ratelimit(&d->rl_ext))
+				kvd_err("extent %u: cannot back it: %s", e,
+					strerror(-ret));
+			extents_send_all(d);	/* drops of the old one */
+			return ret;
 		}
-		fallocate(d->ext_fd[e], FALLOC_FL_PUNCH_HOLE |
-			  FALLOC_FL_KEEP_SIZE, 0, (off_t)ext_len(d, e));
-		close(d->ext_fd[e]);
-		d->ext_fd[e] = fd;
-		d->ext_gen[e]++;
 	}
-	for (uint32_t i = 0; i < d->nr_slots; i++) {
-		struct kvd_client *c = &d->clients[i];
-
-		if (c->state == KVD_CLIENT_LIVE && c->tenant == owner)
-			kvd_extents_send(d, c);
-	}
+	d->ext_idle[e] = 0;
+	extents_send_all(d);
 	return 0;
+}
+
+/* The tick: give back the memory of extents unused for a while. */
+void kvd_extents_tick(struct kvd *d)
+{
+	bool changed = false;
+
+	if (!d->ext_lazy)
+		return;
+	for (uint32_t e = 0; e < d->pool.nr_extents; e++) {
+		if (d->ext_fd[e] < 0 || d->pool.ext_used[e]) {
+			d->ext_idle[e] = 0;
+			continue;
+		}
+		if (++d->ext_idle[e] < KVD_EXT_IDLE_TICKS)
+			continue;
+		ext_unback(d, e);
+		changed = true;
+	}
+	if (changed)
+		extents_send_all(d);
 }

@@ -153,6 +153,7 @@ static void dispatch(struct kvd *d, struct io_uring_cqe *cqe)
 	case KVD_EV_TICK:
 		kvd_clients_tick(d);
 		kvd_admin_tick(d);
+		kvd_extents_tick(d);
 		resume_accept(d);
 		return arm_tick(d);
 	case KVD_EV_ADMIN_RECV:

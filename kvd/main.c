@@ -24,6 +24,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "daemon.h"
 
 #ifndef KV_VERSION
@@ -34,7 +35,11 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 "usage: kvd [options]\n"
-"  -b, --backend B        host, cuda or auto (default auto: host without a GPU)\n"
+"  -b, --backend B        host, cuda or auto (default auto: cuda when a CUDA\n"
+"                         device is present, else host)\n"
+"  -d, --device N         cuda: the device ordinal (default 0)\n"
+"      --export E         cuda: vmm (default: cuMemCreate extents as POSIX\n"
+"                         fds) or legacy (one cudaMalloc + CUDA IPC handle)\n"
 "  -p, --pool-size SIZE   pool bytes, with K, M, G or T (default 1G);\n"
 "                         rounded down to 2 MiB pages\n"
 "  -s, --socket PATH      client socket (default $KVD_SOCKET, else\n"
@@ -46,8 +51,9 @@ static void usage(FILE *f)
 "      --max-clients N    client slots (default 256)\n"
 "      --max-namespaces N namespace slots (default 64)\n"
 "      --hugepages        back the host pool with 2 MiB huge pages\n"
-"      --extent-size SIZE pool extents, a multiple of 2M (default pool/32,\n"
-"                         2M..1G); a tenant only ever maps its own extents\n"
+"      --extent-size SIZE pool extents, a multiple of 2M (host default pool/32,\n"
+"                         2M..1G; cuda default 1G); a tenant only ever maps\n"
+"                         its own extents; memory is given back by extents\n"
 "  -v, --verbose          debug logging\n"
 "  -q, --quiet            errors and warnings only\n"
 "  -V, --version\n"
@@ -125,6 +131,8 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		{ "backend", required_argument, NULL, 'b' },
+		{ "device", required_argument, NULL, 'd' },
+		{ "export", required_argument, NULL, 'X' },
 		{ "pool-size", required_argument, NULL, 'p' },
 		{ "socket", required_argument, NULL, 's' },
 		{ "admin-socket", required_argument, NULL, 'a' },
@@ -140,19 +148,39 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
+	uint32_t dev;
 	int64_t sz;
 	int o;
 
-	while ((o = getopt_long(argc, argv, "b:p:s:a:c:u:vqVh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "b:d:p:s:a:c:u:vqVh", opts, NULL)) != -1) {
 		switch (o) {
 		case 'b':
-			if (!strcmp(optarg, "host") || !strcmp(optarg, "auto")) {
+			if (!strcmp(optarg, "host")) {
 				cfg->backend = KV_BACKEND_HOST;
 			} else if (!strcmp(optarg, "cuda")) {
-				fprintf(stderr, "kvd: --backend cuda: this build has no CUDA backend; use --backend host\n");
-				return -1;
+				cfg->backend = KV_BACKEND_CUDA;
+			} else if (!strcmp(optarg, "auto")) {
+				cfg->backend = KVD_BACKEND_AUTO;
 			} else {
 				fprintf(stderr, "kvd: --backend: unknown backend '%s' (host, cuda or auto)\n", optarg);
+				return -1;
+			}
+			break;
+		case 'd':
+			if (parse_u32(optarg, 0, 255, &dev)) {
+				fprintf(stderr, "kvd: --device: '%s' is not a device ordinal (0..255)\n", optarg);
+				return -1;
+			}
+			cfg->device = (int)dev;
+			cfg->device_set = true;
+			break;
+		case 'X':
+			if (!strcmp(optarg, "vmm")) {
+				cfg->export_kind = KV_EXPORT_VMM;
+			} else if (!strcmp(optarg, "legacy")) {
+				cfg->export_kind = KV_EXPORT_LEGACY;
+			} else {
+				fprintf(stderr, "kvd: --export: unknown export '%s' (vmm or legacy)\n", optarg);
 				return -1;
 			}
 			break;
@@ -224,28 +252,68 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 	return 0;
 }
 
-/* The host backend: extents of sealed memfds (kvd/extent.c). */
-static int host_pool_create(struct kvd *d)
+/* The default extent: host pool/32 within 2M..1G; cuda 1G (DESIGN.md). */
+static uint64_t default_extent(const struct kvd *d)
 {
-	uint64_t ext = d->cfg.extent_bytes, bytes = d->pool.bytes;
-	struct sysinfo si;
+	uint64_t ext, bytes = d->pool.bytes;
+
+	if (d->be->backend == KV_BACKEND_CUDA)
+		return bytes < (1ULL << 30) ? bytes : 1ULL << 30;
+	ext = bytes / 32 / KV_PAGE_BYTES * KV_PAGE_BYTES;
+	return ext < KV_PAGE_BYTES ? KV_PAGE_BYTES :
+	       ext > (1ULL << 30) ? 1ULL << 30 : ext;
+}
+
+/* --backend auto: cuda when the driver sees a device, else host. */
+static int pick_backend(struct kvd *d)
+{
+	char why[256] = "";
 	int ret;
 
-	if (!ext) {
-		ext = bytes / 32 / KV_PAGE_BYTES * KV_PAGE_BYTES;
-		ext = ext < KV_PAGE_BYTES ? KV_PAGE_BYTES :
-		      ext > (1ULL << 30) ? 1ULL << 30 : ext;
+	if (d->cfg.backend == KVD_BACKEND_AUTO) {
+		d->cfg.backend = kvd_cuda_probe(why, sizeof(why)) ?
+				 KV_BACKEND_CUDA : KV_BACKEND_HOST;
+		if (d->cfg.backend == KV_BACKEND_HOST)
+			kvd_info("backend auto: host (%s)", why);
 	}
+	if (d->cfg.backend == KV_BACKEND_HOST) {
+		d->be = &kvd_host_backend;
+		return 0;
+	}
+	if (d->cfg.hugepages)
+		kvd_warn("--hugepages is for the host backend: ignored");
+	if (!d->cfg.export_kind)
+		d->cfg.export_kind = KV_EXPORT_VMM;
+	ret = kvd_cuda_open(d, &d->be, why, sizeof(why));
+	if (ret)
+		kvd_err("--backend cuda: %s", why);
+	return ret;
+}
+
+/* The pool from its backend (kvd/host.c, kvd/cuda.c) and its extents. */
+static int pool_create(struct kvd *d)
+{
+	struct sysinfo si;
+	uint64_t ext;
+	int ret;
+
+	if (pick_backend(d))
+		return -1;
+	ext = d->cfg.extent_bytes ? d->cfg.extent_bytes : default_extent(d);
+	d->cfg.extent_bytes = ext;
+	if (d->be->export_kind == KV_EXPORT_LEGACY && d->conf.nr_tenants > 1)
+		kvd_warn("--export legacy maps the whole pool into every client: tenants are not isolated by extents");
 	ret = kvd_extents_create(d, ext);
 	if (ret) {
-		kvd_err("cannot create the pool: %s%s", strerror(-ret),
-			d->cfg.hugepages ?
+		kvd_err("cannot create the %s pool: %s%s", d->be->name,
+			strerror(-ret), d->cfg.hugepages ?
 			" (are enough huge pages reserved in /proc/sys/vm/nr_hugepages?)" : "");
 		return -1;
 	}
-	if (sysinfo(&si) == 0 && bytes > (uint64_t)si.totalram * si.mem_unit)
+	if (d->be->backend == KV_BACKEND_HOST && sysinfo(&si) == 0 &&
+	    d->pool.bytes > (uint64_t)si.totalram * si.mem_unit)
 		kvd_warn("the pool (%llu MiB) is larger than this host's RAM: clients that touch all of it will be killed",
-			 (unsigned long long)(bytes >> 20));
+			 (unsigned long long)(d->pool.bytes >> 20));
 	return 0;
 }
 
@@ -396,11 +464,6 @@ static int load_conf(struct kvd *d)
 		fprintf(stderr, "kvd: %s\n", err[0] ? err : strerror(-ret));
 		return -1;
 	}
-	if (d->conf.has_backend && d->conf.backend == KV_BACKEND_CUDA) {
-		fprintf(stderr, "kvd: %s: backend = cuda: this build has no CUDA backend; use host or auto\n",
-			path);
-		return -1;
-	}
 	if (!stat(path, &st) && (st.st_mode & 0004) && d->conf.nr_tenants)
 		fprintf(stderr, "kvd: warning: %s holds tenant secrets and is readable by others (chmod 0640)\n",
 			path);
@@ -415,9 +478,13 @@ static void merge_conf(struct kvd *d)
 
 	if (!cfg->pool_bytes)
 		cfg->pool_bytes = f->has_pool_bytes ? f->pool_bytes : 1ULL << 30;
-	/* backend = cuda in the file is refused in load_conf(). */
 	if (!cfg->backend)
-		cfg->backend = KV_BACKEND_HOST;
+		cfg->backend = f->has_backend && f->backend ? f->backend :
+			       KVD_BACKEND_AUTO;
+	if (!cfg->device_set && f->has_device)
+		cfg->device = (int)f->device;
+	if (!cfg->export_kind && f->has_export_kind)
+		cfg->export_kind = f->export_kind;
 	if (!cfg->socket_path && f->has_socket)
 		cfg->socket_path = f->socket;
 	if (!cfg->admin_path && f->has_admin_socket)
@@ -565,13 +632,15 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	kvd_tenants_apply(d);
-	if (host_pool_create(d))
-		goto out;
+	/* Signals blocked before the CUDA driver starts its threads, which
+	 * inherit the mask: SIGTERM must reach the signalfd, not kill us. */
 	d->signal_fd = signals_setup();
 	if (d->signal_fd < 0) {
 		kvd_err("signalfd: %m");
 		goto out;
 	}
+	if (pool_create(d))
+		goto out;
 	d->listen_fd = listen_on(sock_path, 0666);
 	if (d->listen_fd < 0)
 		goto out;
@@ -592,9 +661,12 @@ int main(int argc, char **argv)
 	if (drop_privileges(d))
 		goto out;
 	d->start_ns = kvd_now_ns();
-	kvd_info("kvd %s: host pool of %llu MiB (%u pages), socket %s, admin %s",
-		 KV_VERSION, (unsigned long long)(d->cfg.pool_bytes >> 20),
-		 d->pool.nr_pages, sock_path, admin_path);
+	kvd_info("kvd %s: %s pool of %llu MiB (%u pages, extents of %llu MiB), socket %s, admin %s",
+		 KV_VERSION, d->be->name,
+		 (unsigned long long)(d->cfg.pool_bytes >> 20),
+		 d->pool.nr_pages,
+		 (unsigned long long)(d->cfg.extent_bytes >> 20), sock_path,
+		 admin_path);
 	ret = kvd_loop_run(d) ? 1 : 0;
 	shutdown_all(d);
 	kvd_info("stopped");
@@ -604,6 +676,7 @@ out:
 	if (d->admin_bound)
 		unlink(admin_path);
 	kvd_extents_destroy(d);
+	kvd_cuda_close(d);
 	free(sock_path);
 	free(admin_path);
 	kvd_conf_free(&d->conf);

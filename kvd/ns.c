@@ -682,6 +682,76 @@ int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *hr, const uint32_t *ids,
 	return (int)nr;
 }
 
+/* Must a holder copy @b before writing it? Others hold it, or it is in
+ * the prefix cache's index (later hits expect its bytes unchanged). */
+static bool cow_needed(const struct kvd_block *b)
+{
+	return b->ref > 1 || b->committed;
+}
+
+/*
+ * kvd_ns_cow_begin - CoW, step one: for each held block in @ids that
+ * @hr must not write in place (cow_needed), allocate a new block held by
+ * @hr; @dst[i] gets it, or KVD_NIL where ids[i] may be written as is.
+ * Returns the number of new blocks (0..nr). All or nothing: -EINVAL an
+ * id outside the namespace or given twice, -EPERM not held, -ENOSPC /
+ * -ENOMEM / -EDQUOT no room for the copies. The caller copies the bytes,
+ * then calls kvd_ns_cow_end (vLLM's block manager does the same swap of
+ * a shared block for a private copy before appending to it).
+ */
+int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
+		     const uint32_t *ids, uint32_t *dst, uint32_t nr)
+{
+	uint32_t i, j, k = 0;
+	int ret = 0;
+
+	if (!nr)
+		return -EINVAL;
+	for (i = 0; i < nr && !ret; i++) {
+		if (ids[i] >= ns->max_blocks || ns->blocks[ids[i]].mark)
+			ret = -EINVAL;
+		else if (hold_find(&ns->holds, hr->slot, ids[i]) == KVD_NIL)
+			ret = -EPERM;
+		else
+			ns->blocks[ids[i]].mark = true;
+	}
+	for (j = 0; j < i; j++)
+		if (ids[j] < ns->max_blocks)
+			ns->blocks[ids[j]].mark = false;
+	if (ret)
+		return ret;
+	for (i = 0; i < nr; i++)
+		k += cow_needed(&ns->blocks[ids[i]]);
+	if (!k)
+		goto spread;
+	if (ns->holds.cap - ns->holds.nr < k)
+		return -ENOMEM;
+	ret = __kvd_ns_alloc_ids(ns, hr, dst, k);
+	if (ret < 0)
+		return ret;
+spread:
+	/* dst[0..k) -> the slots that need them; j <= i throughout. */
+	for (i = nr, j = k; i--;)
+		dst[i] = cow_needed(&ns->blocks[ids[i]]) ? dst[--j] : KVD_NIL;
+	return (int)k;
+}
+
+/*
+ * kvd_ns_cow_end - step two: @copied, the old blocks' refs go and @ids
+ * take the new ids; else the new blocks go and nothing changed.
+ */
+void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
+		    const uint32_t *dst, uint32_t nr, bool copied)
+{
+	for (uint32_t i = 0; i < nr; i++) {
+		if (dst[i] == KVD_NIL)
+			continue;
+		__kvd_hold_put(ns, hr, copied ? ids[i] : dst[i]);
+		if (copied)
+			ids[i] = dst[i];
+	}
+}
+
 /* Client gone: drop every ref it held, freeing what nobody else holds. */
 void kvd_ns_release_all(struct kvd_ns *ns, struct kvd_holder *hr)
 {

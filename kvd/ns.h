@@ -152,6 +152,10 @@ int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *h,
 int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *h, const uint32_t *ids,
 	       uint32_t nr);
 void kvd_ns_release_all(struct kvd_ns *ns, struct kvd_holder *h);
+int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
+		     const uint32_t *ids, uint32_t *dst, uint32_t nr);
+void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
+		    const uint32_t *dst, uint32_t nr, bool copied);
 uint32_t kvd_ns_hold_count(const struct kvd_ns *ns, uint32_t client,
 			   uint32_t block);
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "backend.h"
 #include "daemon.h"
 
 struct kvd_op_def {
@@ -143,6 +144,39 @@ static int op_ref(struct kvd *d, struct kvd_client *c,
 	return kvd_ns_ref(c->ns, &c->holder, copy_ids(d, c, sqe), sqe->nr);
 }
 
+/*
+ * COW: nr held ids at off; each one the client may not write in place is
+ * replaced there by a private copy, its bytes copied by the backend (on
+ * the device for cuda) before the CQE is posted. res: how many copied.
+ */
+static int op_cow(struct kvd *d, struct kvd_client *c,
+		  const struct kv_sqe *sqe)
+{
+	uint32_t *ids = SCRATCH_IDS(d), *dst = (uint32_t *)SCRATCH_HASHES(d);
+	struct kvd_copy *v = (struct kvd_copy *)(dst + KV_MAX_IDS);
+	uint64_t bb = c->ns->block_bytes;
+	uint32_t n = 0;
+	int ret, err;
+
+	memcpy(ids, c->data + sqe->off, (size_t)sqe->nr * 4);
+	ret = kvd_ns_cow_begin(c->ns, &c->holder, ids, dst, sqe->nr);
+	if (ret <= 0)
+		return ret;
+	for (uint32_t i = 0; i < sqe->nr; i++) {
+		if (dst[i] == KVD_NIL)
+			continue;
+		v[n].dst = dst[i] * bb;
+		v[n].src = ids[i] * bb;
+		v[n++].bytes = bb;
+	}
+	err = d->be->copy(d, v, n);
+	kvd_ns_cow_end(c->ns, &c->holder, ids, dst, sqe->nr, !err);
+	if (err)
+		return err;
+	memcpy(c->data + sqe->off, ids, (size_t)sqe->nr * 4);
+	return ret;
+}
+
 static int op_stats(struct kvd *d, struct kvd_client *c,
 		    const struct kv_sqe *sqe)
 {
@@ -189,6 +223,7 @@ static const struct kvd_op_def kvd_op_defs[KV_OP__MAX] = {
 			    .issue = op_alloc_prefix },
 	[KV_OP_COMMIT]	= { .name = "COMMIT",	.elem = sizeof(struct kv_commit),
 			    .issue = op_commit },
+	[KV_OP_COW]	= { .name = "COW",	.elem = 4, .issue = op_cow },
 };
 
 int kvd_op_issue(struct kvd *d, struct kvd_client *c,

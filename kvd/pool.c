@@ -121,8 +121,8 @@ static int extents_charge(struct kvd_pool *pool, uint32_t first, uint32_t nr,
 			pool->ext_owner[e] = owner;
 			/* every claim: clients that joined while the extent
 			 * was free must get it too (on_claim knows who) */
-			if (pool->on_claim && pool->on_claim(pool, e, owner))
-				ret = -EIO;
+			if (pool->on_claim && !ret)
+				ret = pool->on_claim(pool, e, owner);
 			pool->ext_last[e] = owner;
 		}
 		if (sign < 0 && --pool->ext_used[e] == 0)
@@ -148,8 +148,9 @@ int64_t kvd_pool_alloc_run(struct kvd_pool *pool, uint32_t nr, uint32_t align)
 
 /*
  * kvd_pool_alloc_run_for - as kvd_pool_alloc_run, for tenant @owner: only
- * runs whose extents are @owner's or unused; they become @owner's. -EIO
- * when an extent could not be handed over (on_claim failed).
+ * runs whose extents are @owner's or unused; they become @owner's. When
+ * an extent cannot be handed over, on_claim's error (-ENOMEM: no memory
+ * to back it).
  */
 int64_t kvd_pool_alloc_run_for(struct kvd_pool *pool, uint32_t nr,
 			       uint32_t align, int32_t owner)
@@ -172,10 +173,13 @@ int64_t kvd_pool_alloc_run_for(struct kvd_pool *pool, uint32_t nr,
 		if (busy == UINT64_MAX && !extents_allow(pool, start, nr, owner))
 			busy = start;	/* step on to the next aligned start */
 		if (busy == UINT64_MAX) {
-			if (extents_charge(pool, (uint32_t)start, nr, owner, 1)) {
+			int ret = extents_charge(pool, (uint32_t)start, nr,
+						 owner, 1);
+
+			if (ret) {
 				extents_charge(pool, (uint32_t)start, nr, owner,
 					       -1);
-				return -EIO;
+				return ret;
 			}
 			assign_bits(pool->used, (uint32_t)start, nr, true);
 			pool->pages_used += nr;

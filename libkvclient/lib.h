@@ -21,6 +21,12 @@ struct kv_client {
 	uint64_t	extent_bytes;
 	uint32_t	nr_extents;
 	uint32_t	*ext_gen;	/* gen mapped per extent, 0: none */
+	uint64_t	*ext_bytes;	/* bytes mapped per extent */
+	int		export_kind;	/* KV_EXPORT_* */
+	int		device;		/* our ordinal of kvd's GPU, -1 host */
+	int		kvd_device;	/* kvd's ordinal of it */
+	struct kv_cuda	*cuda;		/* cuda backend state (cuda.c) */
+	char		why[160];	/* the last mapping failure, for errbuf */
 	uint64_t	block_bytes;
 	uint64_t	slab_bytes;
 	uint32_t	max_blocks;
@@ -46,5 +52,14 @@ int __kv_wait(struct kv_client *c, int64_t timeout_ns);
 int __kv_recv_extents(struct kv_client *c);
 void __kv_extents_pending(struct kv_client *c);
 int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto);
+
+/* cuda.c: the cuda backend's mappings and the device-write fence */
+int __kv_cuda_attach(struct kv_client *c, const struct kv_welcome *w);
+int __kv_cuda_map(struct kv_client *c, uint32_t e, uint64_t off,
+		  uint64_t bytes, int fd);
+void __kv_cuda_unmap(struct kv_client *c, uint32_t e, uint64_t off,
+		     uint64_t bytes);
+int __kv_cuda_fence(struct kv_client *c);
+void __kv_cuda_detach(struct kv_client *c);
 
 #endif /* KV_LIB_H */

@@ -23,8 +23,13 @@ int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto)
 		return -EBUSY;
 	*sqe = *proto;
 	ret = kv_submit(c);
-	if (ret < 0)
+	if (ret < 0) {
+		/* Not published (a failed fence, say): take it back, so
+		 * the next call is not refused with -EBUSY. */
+		if (c->sq_tail != c->sq_submitted)
+			c->sq_tail--;
 		return ret;
+	}
 	ret = kv_wait_cqe(c, &cqe);
 	if (ret)
 		return ret;
@@ -90,6 +95,15 @@ int kv_release(struct kv_client *c, const kv_block_t *ids, unsigned nr)
 int kv_ref(struct kv_client *c, const kv_block_t *ids, unsigned nr)
 {
 	return ids_op(c, ids, nr, kv_prep_ref);
+}
+
+int kv_cow(struct kv_client *c, kv_block_t *ids, unsigned nr)
+{
+	int ret = ids_op(c, ids, nr, kv_prep_cow);
+
+	if (ret >= 0)
+		memcpy(ids, c->data, (size_t)nr * sizeof(kv_block_t));
+	return ret;
 }
 
 int kv_stats(struct kv_client *c, struct kv_stats *st)

@@ -49,6 +49,19 @@ static int ring_doorbell(struct kv_client *c)
 	return 0;
 }
 
+/* Does an SQE about to go out let others read, or kvd reuse, a block? */
+static bool needs_fence(const struct kv_client *c)
+{
+	for (uint32_t i = c->sq_submitted; i != c->sq_tail; i++) {
+		uint8_t op = c->sqes[i & (c->sq_entries - 1)].opcode;
+
+		if (op == KV_OP_COMMIT || op == KV_OP_RELEASE ||
+		    op == KV_OP_COW)
+			return true;
+	}
+	return false;
+}
+
 int kv_submit(struct kv_client *c)
 {
 	uint32_t n = c->sq_tail - c->sq_submitted;
@@ -59,6 +72,13 @@ int kv_submit(struct kv_client *c)
 	__kv_extents_pending(c);
 	if (!n)
 		return 0;
+	/* The device writes before the requests that publish or free the
+	 * blocks (cuda.c); the SQEs stay queued if that fails. */
+	if (c->cuda && needs_fence(c)) {
+		ret = __kv_cuda_fence(c);
+		if (ret)
+			return ret;
+	}
 	/* C1: publish the SQEs; pairs with kvd's acquire of sq_tail (D1). */
 	kv_smp_store_release(c->sq_ktail, c->sq_tail);
 	c->sq_submitted = c->sq_tail;
@@ -230,6 +250,13 @@ void kv_prep_release(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
 void kv_prep_ref(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
 {
 	sqe->opcode = KV_OP_REF;
+	sqe->nr = nr;
+	sqe->off = ids_off;
+}
+
+void kv_prep_cow(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
+{
+	sqe->opcode = KV_OP_COW;
 	sqe->nr = nr;
 	sqe->off = ids_off;
 }

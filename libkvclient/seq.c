@@ -370,7 +370,6 @@ int kv_seq_fork(struct kv_seq *s, struct kv_seq **out)
 {
 	struct kv_client *c;
 	struct kv_seq *f;
-	kv_block_t last, fresh;
 	int ret;
 
 	if (out)
@@ -408,14 +407,9 @@ int kv_seq_fork(struct kv_seq *s, struct kv_seq **out)
 		goto err_free;
 	if (!f->n_tail)
 		goto out;
-	/* Copy on write of the partial last block, now, on the host. */
-	last = f->blocks[f->nr_blocks - 1];
-	ret = kv_alloc(c, 1, &fresh);
-	if (ret < 0)
-		goto err_unref;
-	memcpy(kv_block_ptr(c, fresh), kv_block_ptr(c, last), c->block_bytes);
-	f->blocks[f->nr_blocks - 1] = fresh;
-	ret = kv_release(c, &last, 1);
+	/* Copy on write of the partial last block, now: kvd copies it (on
+	 * the device for cuda) and swaps the child's ref for the copy's. */
+	ret = kv_cow(c, &f->blocks[f->nr_blocks - 1], 1);
 	if (ret < 0)
 		goto err_unref;
 out:

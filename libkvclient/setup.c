@@ -80,7 +80,24 @@ static int send_hello(int fd, const struct kv_connect_params *p)
 	return 0;
 }
 
-/* Receive WELCOME and its four fds. Closes any fds on error. */
+/* The pool comes as extents (memfd, vmm) or as one legacy IPC handle. */
+static bool welcome_export_ok(const struct kv_welcome *w)
+{
+	bool ext = w->features & KV_FEAT_EXTENTS;
+
+	switch (w->export_kind) {
+	case KV_EXPORT_MEMFD:
+		return w->backend == KV_BACKEND_HOST && ext;
+	case KV_EXPORT_VMM:
+		return w->backend == KV_BACKEND_CUDA && ext;
+	case KV_EXPORT_LEGACY:
+		return w->backend == KV_BACKEND_CUDA && !ext &&
+		       w->nr_extents == 1;
+	}
+	return false;
+}
+
+/* Receive WELCOME and its three fds. Closes any fds on error. */
 static int recv_welcome(int fd, struct kv_welcome *w, int fds[3])
 {
 	char cbuf[CMSG_SPACE(3 * sizeof(int))];
@@ -114,9 +131,9 @@ static int recv_welcome(int fd, struct kv_welcome *w, int fds[3])
 		n = w->status < 0 ? w->status : -EPROTO;
 		goto err_close;
 	}
-	if (nfds != 3 || !(w->features & KV_FEAT_EXTENTS) || !w->nr_extents ||
+	if (nfds != 3 || !welcome_export_ok(w) || !w->nr_extents ||
 	    !w->extent_bytes || w->extent_bytes % KV_PAGE_BYTES ||
-	    (w->nr_extents - 1) * w->extent_bytes >= w->pool_bytes) {
+	    (uint64_t)(w->nr_extents - 1) * w->extent_bytes >= w->pool_bytes) {
 		n = -EPROTO;
 		goto err_close;
 	}
@@ -157,6 +174,53 @@ static int map_ring(struct kv_client *c, const struct kv_welcome *w)
 	c->cq_entries = o->cq_entries;
 	c->sq_tail = c->sq_submitted = KV_READ_ONCE(*c->sq_ktail);
 	return 0;
+}
+
+/*
+ * One address range for the pool, extents mapped into it as kvd sends
+ * them: host memory here, device memory for cuda (cuda.c).
+ */
+static int map_pool(struct kv_client *c, const struct kv_welcome *w)
+{
+	int ret;
+
+	c->ext_gen = calloc(c->nr_extents, sizeof(*c->ext_gen));
+	c->ext_bytes = calloc(c->nr_extents, sizeof(*c->ext_bytes));
+	if (!c->ext_gen || !c->ext_bytes)
+		return -ENOMEM;
+	if (c->backend == KV_BACKEND_CUDA) {
+		ret = __kv_cuda_attach(c, w);
+		if (ret)
+			return ret;
+		if (c->export_kind == KV_EXPORT_LEGACY) {
+			c->ext_gen[0] = 1;
+			c->ext_bytes[0] = c->pool_bytes;
+		}
+		return 0;
+	}
+	c->pool = mmap(NULL, c->pool_bytes, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (c->pool == MAP_FAILED) {
+		c->pool = NULL;
+		snprintf(c->why, sizeof(c->why),
+			 "cannot reserve %llu bytes of address space",
+			 (unsigned long long)c->pool_bytes);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+static void unmap_pool(struct kv_client *c)
+{
+	if (c->cuda)
+		__kv_cuda_detach(c);
+	else if (c->pool)
+		munmap(c->pool, c->pool_bytes);
+	c->pool = NULL;
+	free(c->ext_gen);
+	free(c->ext_bytes);
+	c->ext_gen = NULL;
+	c->ext_bytes = NULL;
 }
 
 static int check_params(const struct kv_connect_params *p)
@@ -222,26 +286,20 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	ret = map_ring(c, &w);
 	if (ret)
 		goto err_close_fds;
-	/* One address range for the pool; extents come mapped into it. */
-	c->pool = mmap(NULL, w.pool_bytes, PROT_NONE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	c->ext_gen = calloc(w.nr_extents, sizeof(*c->ext_gen));
-	if (c->pool == MAP_FAILED || !c->ext_gen) {
-		ret = c->pool == MAP_FAILED ? -errno : -ENOMEM;
-		set_err(p, "cannot reserve the pool's address range%s", "");
-		if (c->pool != MAP_FAILED)
-			munmap(c->pool, w.pool_bytes);
-		free(c->ext_gen);
-		goto err_unmap_ring;
-	}
 	c->pool_bytes = w.pool_bytes;
 	c->extent_bytes = w.extent_bytes;
 	c->nr_extents = w.nr_extents;
-	ret = __kv_recv_extents(c);
+	c->backend = (int)w.backend;
+	c->export_kind = (int)w.export_kind;
+	c->device = -1;
+	c->kvd_device = w.backend == KV_BACKEND_CUDA ? w.device : -1;
+	ret = map_pool(c, &w);
+	if (!ret && c->export_kind != KV_EXPORT_LEGACY)
+		ret = __kv_recv_extents(c);
 	if (ret < 0) {
-		set_err(p, "cannot map the pool's extents%s", "");
-		munmap(c->pool, c->pool_bytes);
-		free(c->ext_gen);
+		set_err(p, "cannot map kvd's pool: %s",
+			c->why[0] ? c->why : "extents refused");
+		unmap_pool(c);
 		goto err_unmap_ring;
 	}
 	c->block_bytes = w.block_bytes;
@@ -249,7 +307,6 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->max_blocks = w.max_blocks;
 	c->client_id = w.client_id;
 	c->ns_id = w.ns_id;
-	c->backend = (int)w.backend;
 	c->block_tokens = p->geom.block_tokens;
 	c->hash_algo = p->hash_algo;
 	*out = c;
@@ -271,9 +328,8 @@ int kv_disconnect(struct kv_client *c)
 {
 	if (!c)
 		return -EINVAL;
-	munmap(c->pool, c->pool_bytes);
+	unmap_pool(c);
 	munmap(c->ring, c->ring_bytes);
-	free(c->ext_gen);
 	close(c->cq_evfd);
 	close(c->sq_evfd);
 	close(c->ring_fd);
@@ -289,7 +345,9 @@ int kv_pool_info(const struct kv_client *c, struct kv_pool_info *info)
 		return -EINVAL;
 	memset(info, 0, sizeof(*info));
 	info->backend = c->backend;
-	info->device = -1;
+	info->device = c->device;
+	info->kvd_device = c->kvd_device;
+	info->export_kind = c->export_kind;
 	info->base = c->pool;
 	info->pool_bytes = c->pool_bytes;
 	info->block_bytes = c->block_bytes;
@@ -311,7 +369,7 @@ void *kv_block_ptr(const struct kv_client *c, kv_block_t id)
 	struct kv_client *mc = (struct kv_client *)c;
 	uint64_t off;
 
-	if (!c || id >= c->max_blocks)
+	if (!c || id >= c->max_blocks || c->dead)
 		return NULL;
 	__kv_extents_pending(mc);
 	off = (uint64_t)id * c->block_bytes;
@@ -339,10 +397,47 @@ void __kv_extents_pending(struct kv_client *c)
 	__kv_recv_extents(c);
 }
 
+/* Map extent @e's fd at its pool offset, or (fd < 0) unmap it. */
+static int map_extent(struct kv_client *c, const struct kv_extent_msg *m,
+		      int fd)
+{
+	uint8_t *at = (uint8_t *)c->pool + m->offset;
+	int ret = 0;
+
+	if (fd < 0) {
+		if (!c->ext_gen[m->index])
+			return 0;
+		if (c->cuda)
+			__kv_cuda_unmap(c, m->index, m->offset,
+					c->ext_bytes[m->index]);
+		else
+			mmap(at, c->ext_bytes[m->index], PROT_NONE,
+			     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+			     MAP_FIXED, -1, 0);
+		c->ext_gen[m->index] = 0;
+		return 0;
+	}
+	if (c->cuda) {
+		ret = __kv_cuda_map(c, m->index, m->offset, m->bytes, fd);
+	} else if (mmap(at, m->bytes, PROT_READ | PROT_WRITE,
+			MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+		ret = -errno;
+		snprintf(c->why, sizeof(c->why), "mmap of a pool extent: %s",
+			 strerror(-ret));
+	}
+	if (ret)
+		return ret;
+	c->ext_gen[m->index] = m->gen ? m->gen : 1;
+	c->ext_bytes[m->index] = m->bytes;
+	return 0;
+}
+
 /*
- * Map every EXTENT message queued on the control socket. Returns the
- * number mapped, or -ECONNRESET when kvd closed the socket (the client
- * is then dead), or another -errno.
+ * Map (or unmap, KV_EXTENT_DROP) every EXTENT message queued on the
+ * control socket. Returns the number handled, or -ECONNRESET when kvd
+ * closed the socket (the client is then dead), -EMFILE when the fd did
+ * not fit in this process, -EBADF when it never came (something between
+ * us strips SCM_RIGHTS), or the mapping's error.
  */
 int __kv_recv_extents(struct kv_client *c)
 {
@@ -357,9 +452,9 @@ int __kv_recv_extents(struct kv_client *c)
 			.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
 		};
 		struct cmsghdr *cm;
+		bool drop;
 		ssize_t r;
-		int fd = -1;
-		void *at;
+		int fd = -1, ret;
 
 		r = recvmsg(c->sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (r < 0)
@@ -371,22 +466,30 @@ int __kv_recv_extents(struct kv_client *c)
 		cm = CMSG_FIRSTHDR(&msg);
 		if (cm && cm->cmsg_type == SCM_RIGHTS)
 			memcpy(&fd, CMSG_DATA(cm), sizeof(fd));
+		drop = r == sizeof(m) && (m.flags & KV_EXTENT_DROP);
 		if (r != sizeof(m) || m.magic != KV_MAGIC ||
-		    m.type != KV_MSG_EXTENT || fd < 0 ||
-		    m.index >= c->nr_extents ||
+		    m.type != KV_MSG_EXTENT || m.index >= c->nr_extents ||
 		    m.offset != (uint64_t)m.index * c->extent_bytes ||
-		    m.bytes > c->extent_bytes ||
-		    m.offset + m.bytes > c->pool_bytes) {
+		    !m.bytes || m.bytes > c->extent_bytes ||
+		    m.offset + m.bytes > c->pool_bytes ||
+		    (drop && fd >= 0)) {
 			if (fd >= 0)
 				close(fd);
 			continue;	/* not for us: skip it */
 		}
-		at = mmap((uint8_t *)c->pool + m.offset, m.bytes,
-			  PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-		close(fd);	/* the mapping keeps the extent */
-		if (at == MAP_FAILED)
-			return -errno;
-		c->ext_gen[m.index] = m.gen ? m.gen : 1;
+		if (!drop && fd < 0) {
+			ret = msg.msg_flags & MSG_CTRUNC ? -EMFILE : -EBADF;
+			snprintf(c->why, sizeof(c->why), "%s",
+				 ret == -EMFILE ?
+				 "out of file descriptors: a pool extent's fd was dropped" :
+				 "a pool extent came without its fd (is SCM_RIGHTS filtered?)");
+			return ret;
+		}
+		ret = map_extent(c, &m, drop ? -1 : fd);
+		if (fd >= 0)
+			close(fd);	/* the mapping keeps the extent */
+		if (ret)
+			return ret;
 		n++;
 	}
 }

@@ -2098,7 +2098,9 @@ static int worker_init(struct worker *w, const struct opts *o, unsigned idx)
 	if (connect_kvd(o, w->model, &w->c, who))
 		return -1;
 	kv_pool_info(w->c, &info);
-	w->words = info.block_bytes / sizeof(uint64_t);
+	/* Device memory is not the CPU's to write: books only on cuda. */
+	w->words = info.backend == KV_BACKEND_CUDA ? 0 :
+		   info.block_bytes / sizeof(uint64_t);
 	return 0;
 }
 
@@ -3499,6 +3501,9 @@ static int probe_model(const struct opts *o, struct agg *a, unsigned m)
 	if (connect_kvd(o, m, &c, "cannot use kvd"))
 		return 1;
 	kv_pool_info(c, info);
+	if (info->backend == KV_BACKEND_CUDA && !m)
+		fprintf(stderr, "kvbench: the pool is on GPU %d: block bytes are not written or verified (tests/gpu checks them on the device)\n",
+			info->device);
 	ret = kv_stats(c, &a->before[m]);
 	kv_disconnect(c);
 	if (ret) {

@@ -81,10 +81,20 @@ static void printable(char out[KV_MODEL_ID_MAX], const char *in)
 
 static void emit_pool(struct kv_emit *e, const struct kv_admin_status *st)
 {
+	static const char *const exports[] = {
+		[KV_EXPORT_MEMFD] = "memfd", [KV_EXPORT_VMM] = "vmm",
+		[KV_EXPORT_LEGACY] = "legacy",
+	};
+
 	kv_emit_obj_begin(e, "pool", "pool");
 	kv_emit_str(e, "backend", "backend",
 		    st->backend == KV_BACKEND_CUDA ? "cuda" : "host");
+	kv_emit_str(e, "export", "export",
+		    st->export_kind < ARRAY_LEN(exports) &&
+		    exports[st->export_kind] ? exports[st->export_kind] : "?");
+	kv_emit_i64(e, "device", "device", st->device);
 	kv_emit_u64(e, "bytes", "bytes", st->pool_bytes);
+	kv_emit_u64(e, "backed_bytes", "bytes backed", st->backed_bytes);
 	kv_emit_u64(e, "page_bytes", "page bytes", st->page_bytes);
 	kv_emit_u64(e, "pages", "pages", st->nr_pages);
 	kv_emit_u64(e, "pages_used", "pages used", st->pages_used);

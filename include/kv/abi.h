@@ -16,7 +16,7 @@
 #include <linux/types.h>
 #include <stddef.h>
 
-#define KV_ABI_MAJOR		2	/* 2: the pool comes as extents */
+#define KV_ABI_MAJOR		3	/* 3: device pools (exports, COW) */
 #define KV_ABI_MINOR		0
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
@@ -114,8 +114,18 @@ struct kv_ring_offsets {
 /* Pool backends and exports. */
 enum {
 	KV_BACKEND_HOST		= 1,	/* memfd in host RAM */
-	KV_BACKEND_CUDA		= 2,
+	KV_BACKEND_CUDA		= 2,	/* device memory of one GPU */
 };
+
+/* How the pool's memory reaches a client (struct kv_welcome export). */
+enum {
+	KV_EXPORT_MEMFD		= 1,	/* host: a sealed memfd per extent */
+	KV_EXPORT_VMM		= 2,	/* cuda: a cuMemCreate POSIX fd per extent */
+	KV_EXPORT_LEGACY	= 3,	/* cuda: one cudaMalloc'd range, its
+					 * cudaIpcMemHandle_t in ipc_handle */
+};
+
+#define KV_IPC_HANDLE_BYTES	64	/* sizeof(cudaIpcMemHandle_t) */
 
 /*
  * WELCOME: kvd's answer. On success (status == 0) the ancillary data holds,
@@ -145,15 +155,22 @@ struct kv_welcome {
 	char	errmsg[KV_ERRMSG_MAX];
 	__u64	extent_bytes;	/* the pool in extents of this size (last shorter) */
 	__u32	nr_extents;
+	__u32	export_kind;	/* KV_EXPORT_* */
+	__s32	device;		/* cuda: kvd's ordinal of the device; -1 host */
 	__u32	resv0;
+	__u8	device_uuid[16];	/* cuda: the device (CUuuid), for the
+					 * client to find it in its own ordinals */
+	__u8	ipc_handle[KV_IPC_HANDLE_BYTES];	/* KV_EXPORT_LEGACY */
 	__u64	resv[2];
 };
 
 /*
- * EXTENT: one extent of the pool for this client's tenant, its memfd by
- * SCM_RIGHTS, to be mapped at pool offset @offset. kvd sends it before
- * any completion names a block inside it; a later one for the same
- * index (a higher gen) replaces the mapping.
+ * EXTENT: one extent of the pool for this client's tenant, its fd by
+ * SCM_RIGHTS (a memfd, or a cuMemCreate POSIX fd), to be mapped at pool
+ * offset @offset. kvd sends it before any completion names a block
+ * inside it; a later one for the same index (a higher gen) replaces the
+ * mapping. With KV_EXTENT_DROP and no fd: the extent is gone (kvd gave
+ * its memory back or another tenant has it now): unmap it.
  */
 struct kv_extent_msg {
 	__u32	magic;
@@ -163,8 +180,10 @@ struct kv_extent_msg {
 	__u64	offset;
 	__u64	bytes;
 	__u32	gen;
-	__u32	resv;
+	__u32	flags;		/* KV_EXTENT_* */
 };
+
+#define KV_EXTENT_DROP		(1U << 0)
 
 #define KV_FEAT_NEED_WAKEUP	(1U << 0)	/* NEED_WAKEUP flags honoured */
 #define KV_FEAT_EXTENTS		(1U << 1)	/* pool sent as EXTENT messages */
@@ -188,6 +207,8 @@ enum kv_op {
 	KV_OP_ALLOC_PREFIX	= 6,	/* nr ids at data[off]: hits for the args[1]
 					 * hashes at data[args[0]], then new blocks */
 	KV_OP_COMMIT		= 7,	/* nr struct kv_commit at data[off] */
+	KV_OP_COW		= 8,	/* nr held ids at data[off]; shared ones
+					 * replaced in place by private copies */
 	KV_OP__MAX,
 };
 
@@ -335,7 +356,10 @@ struct kv_admin_status {
 	__u64	uptime_ms;
 	__u64	ops;		/* SQEs served, all clients */
 	__u64	reclaims;	/* cached blocks evicted for another namespace */
-	__u64	resv[3];
+	__u32	export_kind;	/* KV_EXPORT_* */
+	__s32	device;		/* cuda device ordinal, -1 on host */
+	__u64	backed_bytes;	/* pool bytes now backed by memory (extents) */
+	__u64	resv[1];
 };
 
 struct kv_admin_ns {
@@ -445,6 +469,9 @@ KV_STATIC_ASSERT(sizeof(struct kv_ring_offsets) == 64, "kv_ring_offsets");
 KV_STATIC_ASSERT(offsetof(struct kv_sqe, user_data) == 16, "kv_sqe.user_data");
 KV_STATIC_ASSERT(offsetof(struct kv_welcome, ring) % 8 == 0, "kv_welcome.ring");
 KV_STATIC_ASSERT(sizeof(struct kv_stats) % 8 == 0, "kv_stats");
+KV_STATIC_ASSERT(sizeof(struct kv_welcome) % 8 == 0, "kv_welcome");
+KV_STATIC_ASSERT(offsetof(struct kv_welcome, ipc_handle) % 8 == 0, "kv_welcome.ipc_handle");
+KV_STATIC_ASSERT(sizeof(struct kv_extent_msg) == 40, "kv_extent_msg");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
 KV_STATIC_ASSERT(sizeof(struct kv_commit) == 40, "kv_commit");

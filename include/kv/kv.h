@@ -50,14 +50,19 @@ struct kv_connect_params {
 /* What kv_pool_info() reports about the mapped pool. */
 struct kv_pool_info {
 	int		backend;	/* KV_BACKEND_HOST or KV_BACKEND_CUDA */
-	int		device;		/* CUDA device ordinal, -1 on host */
-	void		*base;		/* start of the pool mapping */
+	int		device;		/* this process's CUDA ordinal of kvd's
+					 * GPU (it may differ from kvd's under
+					 * CUDA_VISIBLE_DEVICES), -1 on host */
+	void		*base;		/* start of the pool mapping: a host
+					 * address, or a CUdeviceptr on cuda */
 	uint64_t	pool_bytes;
 	uint64_t	block_bytes;	/* this client's namespace */
 	uint64_t	slab_bytes;
 	uint32_t	max_blocks;	/* every id is < max_blocks */
 	uint32_t	client_id;
 	uint32_t	ns_id;
+	int		export_kind;	/* KV_EXPORT_MEMFD, _VMM or _LEGACY */
+	int		kvd_device;	/* kvd's ordinal of its GPU, -1 on host */
 };
 
 /*
@@ -84,10 +89,28 @@ int kv_pool_info(const struct kv_client *c, struct kv_pool_info *info);
 
 /*
  * kv_block_ptr - address of block @id's block_bytes bytes in this
- * process's pool mapping, or NULL when id >= max_blocks. Pure arithmetic:
- * it does not check that @c holds the block.
+ * process's pool mapping: a host pointer on the host backend, a device
+ * pointer (CUdeviceptr, usable by kernels and cudaMemcpy) on cuda. NULL
+ * when id >= max_blocks, when the block's extent is not mapped here, or
+ * once kvd has gone (a mapping of an old kvd is never handed out). It
+ * does not check that @c holds the block.
  */
 void *kv_block_ptr(const struct kv_client *c, kv_block_t id);
+
+/* kv_set_stream: no fence at all (the caller orders its device work). */
+#define KV_STREAM_NONE	((void *)~0UL)
+
+/*
+ * kv_set_stream - the CUDA stream (a cudaStream_t or CUstream) whose
+ * queued work may still write @c's blocks. On the cuda backend, before
+ * COMMIT, RELEASE or COW requests leave this process (kv_submit, the
+ * synchronous calls, kv_seq_*) and in kv_disconnect, the library records
+ * an event on it and waits until that work is done. NULL (the default)
+ * is the legacy default stream, which follows the work of every blocking
+ * stream; KV_STREAM_NONE turns the fence off. Returns 0, -EINVAL for a
+ * NULL client, -EOPNOTSUPP for a stream on the host backend.
+ */
+int kv_set_stream(struct kv_client *c, void *stream);
 
 /*
  * kv_data_ptr - address of [@off, @off + @len) in the data area, where
@@ -133,6 +156,13 @@ void kv_prep_alloc(struct kv_sqe *sqe, unsigned nr, uint32_t ids_off);
 void kv_prep_release(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
 void kv_prep_ref(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
 void kv_prep_stats(struct kv_sqe *sqe, uint32_t stats_off);
+/*
+ * COW: @nr held ids at ids_off; each one the client may not write in
+ * place (other holders, or committed) is replaced there by a new block
+ * with a copy of its bytes (copied by kvd, on the device for cuda, done
+ * before the CQE), the old ref dropped. res = number copied (0..nr).
+ */
+void kv_prep_cow(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
 void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data);
 
 /*
@@ -149,6 +179,14 @@ int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids);
 int kv_release(struct kv_client *c, const kv_block_t *ids, unsigned nr);
 int kv_ref(struct kv_client *c, const kv_block_t *ids, unsigned nr);
 int kv_stats(struct kv_client *c, struct kv_stats *st);
+/*
+ * kv_cow - copy on write before writing into held blocks @ids (e.g. the
+ * shared partial last block after a fork): returns how many were copied,
+ * their new ids written back into @ids. -EPERM an id not held, -EINVAL
+ * outside the namespace or listed twice, -ENOSPC no room for the copies,
+ * -EIO the copy failed; nothing changes on error.
+ */
+int kv_cow(struct kv_client *c, kv_block_t *ids, unsigned nr);
 
 /*
  * Block hashing (libkvclient/hash.c). The hash of a full block is

@@ -4,6 +4,7 @@
  * under a connected client (which gets an error, never a hang), restart
  * over the stale socket, reconnect, and a clean stop on SIGINT.
  */
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
@@ -50,6 +51,24 @@ static int run_kvd(char *out, size_t len, const char *const *args)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
+/* On a host without a CUDA driver, --backend cuda says so and stops. */
+static void no_cuda(struct t_kvd *k)
+{
+	char out[4096], sock[160], admin[160];
+	void *h = dlopen("libcuda.so.1", RTLD_NOW);
+
+	if (h) {
+		dlclose(h);
+		return;		/* a GPU host: tests/gpu/run.sh covers it */
+	}
+	snprintf(sock, sizeof(sock), "%s/cuda.sock", k->dir);
+	snprintf(admin, sizeof(admin), "%s/cuda-admin.sock", k->dir);
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--backend", "cuda",
+		"--pool-size", "4M", "--socket", sock, "--admin-socket", admin,
+		NULL }), 1);
+	T_ASSERT(strstr(out, "--backend cuda: no CUDA driver"));
+}
+
 static void bad_options(struct t_kvd *k)
 {
 	char out[4096];
@@ -63,6 +82,13 @@ static void bad_options(struct t_kvd *k)
 	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--backend", "tpu",
 		NULL }), 2);
 	T_ASSERT(strstr(out, "unknown backend"));
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--export", "ipc",
+		NULL }), 2);
+	T_ASSERT(strstr(out, "unknown export 'ipc' (vmm or legacy)"));
+	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--device", "-1",
+		NULL }), 2);
+	T_ASSERT(strstr(out, "not a device ordinal"));
+	no_cuda(k);
 	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "--max-clients", "0",
 		NULL }), 2);
 	T_EQ(run_kvd(out, sizeof(out), (const char *[]){ "extra", NULL }), 2);
@@ -142,6 +168,8 @@ int main(void)
 	k.pid = 0;
 	T_EQ(kv_alloc(c, 1, ids), -ECONNRESET);
 	T_EQ(kv_nop(c), -ECONNRESET);
+	/* never a mapping of the dead kvd's pool */
+	T_ASSERT(kv_block_ptr(c, ids[0]) == NULL);
 	T_EQ(kv_disconnect(c), 0);
 	T_EQ(stat(k.sock, &st), 0);		/* stale socket left behind */
 

@@ -294,6 +294,13 @@ static void test_config_values(void **state)
 	t_load_ok(t, "backend = host\nsocket_mode = 666\n");
 	assert_int_equal(t->conf.backend, KV_BACKEND_HOST);
 	assert_int_equal(t->conf.socket_mode, 0666);
+	t_load_ok(t, "backend = cuda\ndevice = 3\nexport = legacy\n");
+	assert_true(t->conf.has_device && t->conf.has_export_kind);
+	assert_int_equal(t->conf.device, 3);
+	assert_int_equal(t->conf.export_kind, KV_EXPORT_LEGACY);
+	t_load_ok(t, "export = vmm\n");
+	assert_int_equal(t->conf.export_kind, KV_EXPORT_VMM);
+	assert_false(t->conf.has_device);
 	t_load_ok(t, "backend = auto\nsocket_mode = 0\nadmin_socket_mode = 0770\n");
 	assert_true(t->conf.has_backend);
 	assert_int_equal(t->conf.backend, 0);
@@ -405,6 +412,8 @@ static const struct bad_case bad_cases[] = {
 	{ "pool_size = 9000000T\n", 1, "pool_size: '9000000T' is more than 4294967295 pages" },
 	{ "pool_size = 99999999999999999999999\n", 1, "pool_size: '99999999999999999999999' is not a size" },
 	{ "backend = gpu\n", 1, "backend: unknown backend 'gpu' (host, cuda or auto)" },
+	{ "export = ipc\n", 1, "export: unknown export 'ipc' (vmm or legacy)" },
+	{ "device = 256\n", 1, "device: '256' is not a number from 0 to 255" },
 	{ "backend = HOST\n", 1, "backend: unknown backend 'HOST'" },
 	{ "socket = run/kvd.sock\n", 1, "socket: 'run/kvd.sock' is not an absolute path" },
 	{ "admin_socket = \"\"\n", 1, "admin_socket: '' is not an absolute path" },

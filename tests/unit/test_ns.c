@@ -24,6 +24,8 @@
 #define kvd_ns_release		t_kvd_ns_release
 #define kvd_ns_ref		t_kvd_ns_ref
 #define kvd_ns_release_all	t_kvd_ns_release_all
+#define kvd_ns_cow_begin	t_kvd_ns_cow_begin
+#define kvd_ns_cow_end		t_kvd_ns_cow_end
 #define kvd_ns_hold_count	t_kvd_ns_hold_count
 #define kvd_block_get		t_kvd_block_get
 #define kvd_block_put		t_kvd_block_put
