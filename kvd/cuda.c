@@ -85,8 +85,12 @@ static int vmm_init(struct kvd *d)
 	if (!k->h)
 		return -ENOMEM;
 	r = CU(d)->mem_address_reserve(&k->va, d->pool.bytes, k->gran, 0, 0);
-	if (r != CUDA_SUCCESS)
+	if (r != CUDA_SUCCESS) {
+		free(k->h);
+		k->h = NULL;
+		k->va = 0;
 		return cu_fail(d, "cuMemAddressReserve", r);
+	}
 	d->pool_map = (void *)(uintptr_t)k->va;
 	return 0;
 }

@@ -616,6 +616,69 @@ static void test_ns_ref(void **state)
 	assert_unchanged(t, ids, &s);
 }
 
+/* ---- copy on write ---- */
+
+static void test_ns_cow(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4], v[3], dst[3], a;
+	const char *why = NULL;
+	struct snap s;
+	int n;
+
+	setup_abcd(t, ids);
+	a = ids[0];
+	snap_take(t, ids, &s);
+
+	/* errors first: nothing changes, no mark is left behind */
+	v[0] = ids[1];
+	v[1] = ids[2];			/* h1's */
+	assert_int_equal(kvd_ns_cow_begin(&t->ns, &t->h[0], v, dst, 2), -EPERM);
+	v[1] = ids[1];			/* twice */
+	assert_int_equal(kvd_ns_cow_begin(&t->ns, &t->h[0], v, dst, 2), -EINVAL);
+	v[1] = t->ns.max_blocks;
+	assert_int_equal(kvd_ns_cow_begin(&t->ns, &t->h[0], v, dst, 2), -EINVAL);
+	assert_int_equal(kvd_ns_cow_begin(&t->ns, &t->h[0], v, dst, 0), -EINVAL);
+	for (int i = 0; i < 4; i++)
+		assert_false(t->ns.blocks[ids[i]].mark);
+	assert_unchanged(t, ids, &s);
+
+	/* a is shared (two refs), b exclusive: only a gets a copy */
+	v[0] = a;
+	v[1] = ids[1];
+	n = kvd_ns_cow_begin(&t->ns, &t->h[0], v, dst, 2);
+	assert_int_equal(n, 1);
+	assert_int_not_equal(dst[0], KVD_NIL);
+	assert_int_equal(dst[1], KVD_NIL);
+	/* the copy failed: the new block goes, all as before */
+	kvd_ns_cow_end(&t->ns, &t->h[0], v, dst, 2, false);
+	assert_int_equal(v[0], a);
+	assert_unchanged(t, ids, &s);
+
+	n = kvd_ns_cow_begin(&t->ns, &t->h[0], v, dst, 2);
+	assert_int_equal(n, 1);
+	kvd_ns_cow_end(&t->ns, &t->h[0], v, dst, 2, true);
+	assert_int_equal(v[0], dst[0]);
+	assert_int_equal(v[1], ids[1]);
+	assert_int_equal(t->ns.blocks[a].ref, 1);
+	assert_int_equal(t->ns.blocks[v[0]].ref, 1);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 10, a), 1);
+	assert_int_equal(kvd_ns_hold_count(&t->ns, 10, v[0]), 1);
+	assert_int_equal(t->h[0].nr_refs, 3);
+	assert_int_equal(t->ns.blocks_used, 5);
+	assert_int_equal(kvd_ns_check(&t->ns, &why), 0);
+
+	/* no room for a copy: -ENOSPC, nothing changes */
+	while (kvd_ns_alloc(&t->ns, &t->h[2], dst, 1) == 1)
+		;
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], &a, 1), 1);
+	snap_take(t, ids, &s);
+	assert_int_equal(kvd_ns_cow_begin(&t->ns, &t->h[0], &a, dst, 1),
+			 -ENOSPC);
+	assert_unchanged(t, ids, &s);
+	assert_int_equal(kvd_ns_check(&t->ns, &why), 0);
+}
+
 /* ---- slabs back to the pool ---- */
 
 static void test_ns_free_slab_returns_to_pool(void **state)
@@ -944,6 +1007,7 @@ int main(void)
 		T(test_ns_release_duplicates),
 		T(test_ns_release_all_or_nothing),
 		T(test_ns_ref),
+		T(test_ns_cow),
 		T(test_ns_free_slab_returns_to_pool),
 		T(test_ns_release_all),
 		T(test_ns_stress_512k),
