@@ -277,6 +277,8 @@ static int pick_backend(struct kvd *d)
 			kvd_info("backend auto: host (%s)", why);
 	}
 	if (d->cfg.backend == KV_BACKEND_HOST) {
+		if (d->cfg.device_set || d->cfg.export_kind)
+			kvd_warn("--device and --export are for the cuda backend: ignored");
 		d->be = &kvd_host_backend;
 		return 0;
 	}

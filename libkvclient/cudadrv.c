@@ -3,7 +3,8 @@
  * Filling struct kv_cu from the installed driver: dlopen libcuda.so.1,
  * then cuGetProcAddress for every entry point at CUDA 12.0's ABI (the
  * way the CUDA runtime's cudaGetDriverEntryPoint works, without linking
- * a runtime that would demand a newer driver than the calls need).
+ * a runtime that would demand a newer driver than the calls need), in
+ * their legacy-stream flavour: stream 0 is the legacy default stream.
  */
 #ifdef KV_HAVE_CUDA
 #include <dlfcn.h>
@@ -86,7 +87,7 @@ int __kv_cu_load(struct kv_cu *cu, char *why, size_t len)
 		void **slot = (void **)((char *)cu + cu_syms[i].off);
 
 		r = get_proc(cu_syms[i].sym, slot, KV_CU_API_VERSION,
-			     CU_GET_PROC_ADDRESS_DEFAULT, &st);
+			     CU_GET_PROC_ADDRESS_LEGACY_STREAM, &st);
 		if (r != CUDA_SUCCESS || !*slot) {
 			say(why, len, "the CUDA driver lacks %s",
 			    cu_syms[i].sym);

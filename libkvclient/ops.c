@@ -8,16 +8,26 @@
 
 #include "lib.h"
 
+/* May a sync call use the data area now? A dead client says so first:
+ * the request kvd never answered still counts as in flight. */
+static int sync_ready(const struct kv_client *c)
+{
+	if (c->dead)
+		return -ECONNRESET;
+	if (c->inflight || c->sq_tail != c->sq_submitted)
+		return -EBUSY;
+	return 0;
+}
+
 int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto)
 {
 	struct kv_sqe *sqe;
 	struct kv_cqe *cqe;
 	int ret;
 
-	if (c->dead)
-		return -ECONNRESET;
-	if (c->inflight || c->sq_tail != c->sq_submitted)
-		return -EBUSY;
+	ret = sync_ready(c);
+	if (ret)
+		return ret;
 	sqe = kv_get_sqe(c);
 	if (!sqe)
 		return -EBUSY;
@@ -80,8 +90,9 @@ static int ids_op(struct kv_client *c, const kv_block_t *ids, unsigned nr,
 
 	if (ret)
 		return ret;
-	if (c->inflight || c->sq_tail != c->sq_submitted)
-		return -EBUSY;
+	ret = sync_ready(c);
+	if (ret)
+		return ret;
 	memmove(c->data, ids, (size_t)nr * sizeof(kv_block_t));
 	prep(&sqe, 0, nr);
 	return __kv_sync_op(c, &sqe);
@@ -141,8 +152,9 @@ int kv_lookup(struct kv_client *c, const struct kv_hash *hashes, unsigned nr,
 		return -EINVAL;
 	if (nr > KV_MAX_IDS || fits(c, (uint64_t)nr * 20))
 		return -E2BIG;
-	if (c->inflight || c->sq_tail != c->sq_submitted)
-		return -EBUSY;
+	ret = sync_ready(c);
+	if (ret)
+		return ret;
 	memcpy(c->data, hashes, (size_t)nr * sizeof(*hashes));
 	kv_prep_lookup(&sqe, 0, nr, ids_off);
 	ret = __kv_sync_op(c, &sqe);
@@ -164,8 +176,9 @@ int kv_alloc_prefix(struct kv_client *c, const struct kv_hash *hashes,
 	if (nr_blocks > KV_MAX_IDS ||
 	    fits(c, (uint64_t)n_hashes * 16 + (uint64_t)nr_blocks * 4))
 		return -E2BIG;
-	if (c->inflight || c->sq_tail != c->sq_submitted)
-		return -EBUSY;
+	ret = sync_ready(c);
+	if (ret)
+		return ret;
 	memcpy(c->data, hashes, (size_t)n_hashes * sizeof(*hashes));
 	kv_prep_alloc_prefix(&sqe, 0, n_hashes, nr_blocks, ids_off);
 	ret = __kv_sync_op(c, &sqe);
@@ -184,8 +197,9 @@ int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr)
 		return -EINVAL;
 	if (nr > KV_MAX_IDS || fits(c, bytes))
 		return -E2BIG;
-	if (c->inflight || c->sq_tail != c->sq_submitted)
-		return -EBUSY;
+	ret = sync_ready(c);
+	if (ret)
+		return ret;
 	memmove(c->data, entries, bytes);
 	kv_prep_commit(&sqe, 0, nr);
 	ret = __kv_sync_op(c, &sqe);

@@ -168,6 +168,11 @@ int main(void)
 	k.pid = 0;
 	T_EQ(kv_alloc(c, 1, ids), -ECONNRESET);
 	T_EQ(kv_nop(c), -ECONNRESET);
+	/* every call says so, even those that check for requests in flight */
+	T_EQ(kv_release(c, ids, 1), -ECONNRESET);
+	T_EQ(kv_cow(c, ids, 1), -ECONNRESET);
+	T_EQ(kv_ref(c, ids, 1), -ECONNRESET);
+	T_EQ(kv_alloc(c, 1, ids), -ECONNRESET);
 	/* never a mapping of the dead kvd's pool */
 	T_ASSERT(kv_block_ptr(c, ids[0]) == NULL);
 	T_EQ(kv_disconnect(c), 0);
