@@ -60,8 +60,13 @@ int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		*why = "unknown KV dtype";
 		return -EINVAL;
 	}
-	if (g->quant) {
+	if (g->quant >= KV_QUANT__MAX) {
 		*why = "unknown quantization scheme";
+		return -EINVAL;
+	}
+	if (g->quant && g->dtype != KV_DTYPE_FP8_E4M3 &&
+	    g->dtype != KV_DTYPE_INT8) {
+		*why = "quantization scales need the fp8_e4m3 or int8 dtype";
 		return -EINVAL;
 	}
 	if (g->tp_rank >= (g->tp_size ? g->tp_size : 1) || g->tp_size > 1024) {

@@ -49,6 +49,20 @@ enum kv_dtype {
 };
 
 /*
+ * KV quantization (kv_geometry.quant), for the fp8 and int8 dtypes: the
+ * values are stored as v / scale, with fp32 scales after the values of
+ * each layer (see kv_geometry_layer_bytes and include/kv/kernels.h).
+ */
+enum kv_quant {
+	KV_QUANT_NONE		= 0,	/* no scales (the engine's own scheme) */
+	KV_QUANT_TOKEN		= 1,	/* a scale per (K|V, kv_head, slot),
+					 * computed on write: amax / qmax */
+	KV_QUANT_CHANNEL	= 2,	/* a scale per (K|V, kv_head, channel),
+					 * static, from a calibration file */
+	KV_QUANT__MAX,
+};
+
+/*
  * Model geometry: what decides a block's size and layout. Inside a block
  * bytes are laid out [layer][K|V][kv_head][slot][head_dim] (DESIGN.md), so
  *   block_bytes = layers * 2 * kv_heads * block_tokens * head_dim * dtype size.
@@ -64,7 +78,7 @@ struct kv_geometry {
 	__u32	head_dim;
 	__u32	block_tokens;
 	__u32	dtype;		/* enum kv_dtype */
-	__u32	quant;		/* quantization scheme; 0 = none (only value yet) */
+	__u32	quant;		/* enum kv_quant; fp8 and int8 only */
 	__u32	tp_rank;	/* tensor-parallel shard: 0..tp_size-1 */
 	__u32	tp_size;	/* 0 or 1: not sharded */
 };
@@ -446,13 +460,43 @@ static inline __u32 kv_dtype_bytes(__u32 dtype)
 }
 
 /*
- * Bytes of one block of geometry @g ([layer][K|V][kv_head][slot][head_dim]),
- * or 0 when a count is 0 or the dtype unknown. Products are in 64 bits.
+ * Bytes of one layer of a block of geometry @g: K then V values, each
+ * [kv_head][slot][head_dim]; quantized, then the K and V fp32 scales
+ * ([kv_head][slot] each for KV_QUANT_TOKEN, [kv_head][head_dim] for
+ * KV_QUANT_CHANNEL), padded to 16 bytes. 0 when a count is 0 or the
+ * dtype or scheme is unknown. Products are in 64 bits.
+ */
+static inline __u64 kv_geometry_layer_bytes(const struct kv_geometry *g)
+{
+	__u64 v = (__u64)2 * g->kv_heads * g->block_tokens * g->head_dim *
+		  kv_dtype_bytes(g->dtype);
+
+	switch (g->quant) {
+	case KV_QUANT_NONE:
+		return v;
+	case KV_QUANT_TOKEN:
+		v += (__u64)2 * g->kv_heads * g->block_tokens * 4;
+		break;
+	case KV_QUANT_CHANNEL:
+		v += (__u64)2 * g->kv_heads * g->head_dim * 4;
+		break;
+	default:
+		return 0;
+	}
+	return (v + 15) & ~(__u64)15;
+}
+
+/*
+ * Bytes of one block of geometry @g: layers * kv_geometry_layer_bytes,
+ * rounded up to 256 bytes when quantized; 0 when a count is 0 or the
+ * dtype or scheme unknown. Unquantized: layers * 2 * kv_heads *
+ * block_tokens * head_dim * dtype bytes exactly.
  */
 static inline __u64 kv_geometry_block_bytes(const struct kv_geometry *g)
 {
-	return (__u64)g->layers * 2 * g->kv_heads * g->block_tokens *
-	       g->head_dim * kv_dtype_bytes(g->dtype);
+	__u64 b = (__u64)g->layers * kv_geometry_layer_bytes(g);
+
+	return g->quant ? (b + 255) & ~(__u64)255 : b;
 }
 
 /* Layout proofs: every struct here has the same size on every ABI. */

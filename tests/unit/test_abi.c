@@ -120,6 +120,21 @@ static void test_abi_block_bytes_known(void **state)
 	assert_int_equal(kv_geometry_block_bytes(&g), 332800);
 	g = geom(4, 2, 64, 16, KV_DTYPE_INT8);
 	assert_int_equal(kv_geometry_block_bytes(&g), 16384);
+	/* per-token scales: 2 * 8 * 16 * 4 = 1 KiB more a layer */
+	g = geom(32, 8, 128, 16, KV_DTYPE_FP8_E4M3);
+	g.quant = KV_QUANT_TOKEN;
+	assert_int_equal(kv_geometry_layer_bytes(&g), 32768 + 1024);
+	assert_int_equal(kv_geometry_block_bytes(&g), 32 * (32768 + 1024));
+	/* per-channel: 2 * 8 * 128 * 4 = 8 KiB a layer */
+	g.quant = KV_QUANT_CHANNEL;
+	assert_int_equal(kv_geometry_block_bytes(&g), 32 * (32768 + 8192));
+	/* padding: 3 layers of 2*1*1*64 + 2*1*1*4 = 136 -> 144; 432 -> 512 */
+	g = geom(3, 1, 64, 1, KV_DTYPE_INT8);
+	g.quant = KV_QUANT_TOKEN;
+	assert_int_equal(kv_geometry_layer_bytes(&g), 144);
+	assert_int_equal(kv_geometry_block_bytes(&g), 512);
+	g.quant = KV_QUANT__MAX;
+	assert_int_equal(kv_geometry_block_bytes(&g), 0);
 }
 
 static void test_abi_block_bytes_64bit(void **state)

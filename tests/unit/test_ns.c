@@ -160,7 +160,10 @@ static void test_ns_geometry_check_errors(void **state)
 	g.dtype = KV_DTYPE__MAX;
 	expect_bad(&g, pool, -EINVAL);
 	g = g_2m;
-	g.quant = 1;
+	g.quant = KV_QUANT_TOKEN;		/* scales need fp8 or int8 */
+	expect_bad(&g, pool, -EINVAL);
+	g.dtype = KV_DTYPE_FP8_E4M3;
+	g.quant = KV_QUANT__MAX;
 	expect_bad(&g, pool, -EINVAL);
 	g = g_2m;
 	g.tp_rank = 1;				/* rank 1 of an unsharded model */
@@ -202,6 +205,13 @@ static void test_ns_geometry_check_ok(void **state)
 	g = (struct kv_geometry)GEOM(1024, 1024, 1, 1, KV_DTYPE_INT8);
 	assert_int_equal(kvd_geometry_check(&g, 1ULL << 30, &why), 0);
 	g = (struct kv_geometry)GEOM(1, 1, 1024, 1024, KV_DTYPE_FP32);
+	assert_int_equal(kvd_geometry_check(&g, 1ULL << 30, &why), 0);
+	/* quantized: scales after each layer, padded (any counts) */
+	g = (struct kv_geometry)GEOM(3, 1, 64, 1, KV_DTYPE_INT8);
+	g.quant = KV_QUANT_TOKEN;
+	assert_int_equal(kvd_geometry_check(&g, 1ULL << 30, &why), 0);
+	g.dtype = KV_DTYPE_FP8_E4M3;
+	g.quant = KV_QUANT_CHANNEL;
 	assert_int_equal(kvd_geometry_check(&g, 1ULL << 30, &why), 0);
 	assert_null(why);
 }
