@@ -162,6 +162,7 @@ struct opts {
 	const char	*model;
 	const char	*json_path;
 	const char	*dtype_name;
+	bool		quant_given;
 	unsigned	procs;
 	unsigned	requests;
 	unsigned	min_tokens;
@@ -407,6 +408,7 @@ enum {
 	OPT_HEAD_DIM,
 	OPT_BLOCK_TOKENS,
 	OPT_DTYPE,
+	OPT_QUANT,
 	OPT_MODEL,
 	OPT_JSON,
 	OPT_TRACE,
@@ -448,6 +450,7 @@ static const struct option long_opts[] = {
 	{ "head-dim",	  required_argument, NULL, OPT_HEAD_DIM },
 	{ "block-tokens", required_argument, NULL, OPT_BLOCK_TOKENS },
 	{ "dtype",	  required_argument, NULL, OPT_DTYPE },
+	{ "quant",	  required_argument, NULL, OPT_QUANT },
 	{ "model",	  required_argument, NULL, OPT_MODEL },
 	{ "json",	  required_argument, NULL, OPT_JSON },
 	{ "trace",	  required_argument, NULL, OPT_TRACE },
@@ -492,6 +495,7 @@ static void usage(FILE *f)
 "      --head-dim N       (default 64)\n"
 "      --block-tokens N   (default 16)\n"
 "      --dtype T          fp16, bf16, fp32, fp8 or int8 (default fp16)\n"
+"      --quant Q          fp8/int8 scales: token (default), channel or none\n"
 "      --model NAME       model id (default kvbench)\n"
 "      --json FILE        also write the report as JSON to FILE\n"
 "  -q, --quiet            no report on stdout (errors still on stderr)\n"
@@ -603,6 +607,48 @@ static int parse_dtype(const char *s, __u32 *out)
 	return -1;
 }
 
+static int parse_quant(const char *s, struct opts *o)
+{
+	static const char *const names[KV_QUANT__MAX] = {
+		[KV_QUANT_NONE] = "none", [KV_QUANT_TOKEN] = "token",
+		[KV_QUANT_CHANNEL] = "channel",
+	};
+
+	for (uint32_t q = 0; q < KV_QUANT__MAX; q++) {
+		if (!strcmp(s, names[q])) {
+			o->geom.quant = q;
+			o->quant_given = true;
+			return 0;
+		}
+	}
+	fprintf(stderr, "kvbench: --quant: unknown scheme '%s' (token, channel or none)\n",
+		s);
+	return -1;
+}
+
+static const char *quant_name(uint32_t q)
+{
+	return q == KV_QUANT_TOKEN ? "token" : q == KV_QUANT_CHANNEL ?
+	       "channel" : "none";
+}
+
+/* fp8 and int8 carry per-token scales unless told otherwise (as vLLM's
+ * fp8 cache does); scales only with those dtypes. */
+static int quant_setup(struct opts *o)
+{
+	bool q8 = o->geom.dtype == KV_DTYPE_FP8_E4M3 ||
+		  o->geom.dtype == KV_DTYPE_INT8;
+
+	if (!o->quant_given && q8)
+		o->geom.quant = KV_QUANT_TOKEN;
+	if (o->geom.quant && !q8) {
+		fprintf(stderr, "kvbench: --quant %s needs --dtype fp8 or int8\n",
+			quant_name(o->geom.quant));
+		return -1;
+	}
+	return 0;
+}
+
 static void opts_default(struct opts *o)
 {
 	memset(o, 0, sizeof(*o));
@@ -685,6 +731,8 @@ static int parse_one(struct opts *o, int opt, const char *arg)
 	case OPT_DTYPE:
 		o->dtype_name = arg;
 		return parse_dtype(arg, &o->geom.dtype);
+	case OPT_QUANT:
+		return parse_quant(arg, o);
 	case OPT_MODEL:
 		o->model = arg;
 		if (!*arg || strlen(arg) >= KV_MODEL_ID_MAX) {
@@ -870,7 +918,7 @@ static int opts_finish(struct opts *o)
 {
 	uint64_t data;
 
-	if (check_mode(o))
+	if (check_mode(o) || quant_setup(o))
 		return -1;
 	/* Alloc mode: one model, the one of --model and the geometry. */
 	snprintf(o->mdl[0].id, sizeof(o->mdl[0].id), "%s", o->model);
@@ -2667,7 +2715,11 @@ static void emit_geometry(struct kv_emit *e, const struct opts *o,
 	kv_emit_u64(e, "head_dim", "head dim", o->geom.head_dim);
 	kv_emit_u64(e, "block_tokens", "block tokens", o->geom.block_tokens);
 	kv_emit_str(e, "dtype", "dtype", o->dtype_name);
+	kv_emit_str(e, "quant", "scales", quant_name(o->geom.quant));
 	kv_emit_u64(e, "block_bytes", "block bytes", a->info[0].block_bytes);
+	/* what the pool holds in this geometry, as kvd counts it */
+	kv_emit_u64(e, "pool_tokens", "tokens the pool holds",
+		    (uint64_t)a->info[0].max_blocks * o->geom.block_tokens);
 }
 
 static void emit_config(struct kv_emit *e, const struct opts *o,
