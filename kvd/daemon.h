@@ -76,6 +76,11 @@ struct kvd_client {
 	uint32_t	*ext_sent;	/* gen of each extent it has, 0: none */
 	const char	*doomed;	/* to be disconnected after this pass */
 	bool		ext_behind;	/* extents still to send (socket full) */
+	uint64_t	ext_epoch;	/* d->ext_epoch when last brought up to date */
+	/* a CQE held back until the client has the extents it may name */
+	bool		cqe_deferred;
+	int32_t		def_res;
+	uint64_t	def_user_data;
 	uint64_t	t_accept_ns;
 
 	/* ring mapping, daemon side */
@@ -136,6 +141,7 @@ struct kvd {
 	uint32_t	*ext_gen;	/* bumped each time an extent is backed */
 	uint32_t	*ext_idle;	/* ticks an extent has had no page in use */
 	bool		ext_lazy;	/* extents grow and shrink (extent.c) */
+	uint64_t	ext_epoch;	/* bumped when an extent is (un)backed or claimed */
 	bool		be_live;	/* be->init done, be->exit not yet */
 	int		listen_fd;
 	int		admin_fd;
@@ -211,6 +217,7 @@ int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 int kvd_extents_create(struct kvd *d, uint64_t extent_bytes);
 void kvd_extents_destroy(struct kvd *d);
 void kvd_extents_send(struct kvd *d, struct kvd_client *c);
+bool kvd_extents_current(struct kvd *d, struct kvd_client *c);
 void kvd_extents_tick(struct kvd *d);
 int kvd_extent_claim(struct kvd_pool *pool, uint32_t e, int32_t owner);
 

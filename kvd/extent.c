@@ -14,7 +14,12 @@
  * extents. When an extent passes to another tenant it is remade (new
  * memory, new fd, gen + 1) and the old one dropped, so no tenant ever
  * sees another's KV bytes. Clients that mapped a dropped extent are told
- * to unmap it (KV_EXTENT_DROP).
+ * to unmap it (KV_EXTENT_DROP) at once, so its memory can go.
+ *
+ * Extents reach a client lazily: only before kvd posts a completion to
+ * it (ring.c), never to idle clients, whose sockets would otherwise fill
+ * with fds in flight (charged to kvd's RLIMIT_NOFILE by the kernel). A
+ * completion waits until the client has every extent it may name.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -50,6 +55,7 @@ static int ext_back(struct kvd *d, uint32_t e)
 	d->ext_fd[e] = fd;
 	d->ext_gen[e]++;
 	d->ext_idle[e] = 0;
+	d->ext_epoch++;
 	d->backed_bytes += ext_len(d, e);
 	return 0;
 }
@@ -58,6 +64,7 @@ static void ext_unback(struct kvd *d, uint32_t e)
 {
 	d->be->ext_destroy(d, e, ext_off(d, e), ext_len(d, e), d->ext_fd[e]);
 	d->ext_fd[e] = -1;
+	d->ext_epoch++;
 	d->backed_bytes -= ext_len(d, e);
 }
 
@@ -172,22 +179,21 @@ static int ext_news(const struct kvd *d, const struct kvd_client *c,
 }
 
 /*
- * Bring @c's extents up to date: its tenant's that it lacks, drops for
- * the ones it maps that are gone. An idle client's socket may be full of
- * messages it has not read yet (it reads them on its next request): the
- * rest is sent before kvd serves its ring again (ext_behind). A client
- * whose socket is gone is disconnected.
+ * Tell @c about its extents: drops of those gone, and (@maps) its
+ * tenant's that it lacks. A full socket (or too many fds in flight,
+ * ETOOMANYREFS) leaves the rest for later (ext_behind); a client whose
+ * socket is gone is disconnected.
  */
-void kvd_extents_send(struct kvd *d, struct kvd_client *c)
+static void extents_tell(struct kvd *d, struct kvd_client *c, bool maps)
 {
 	c->ext_behind = false;
 	for (uint32_t e = 0; e < d->pool.nr_extents; e++) {
 		int news = ext_news(d, c, e), ret;
 
-		if (!news)
+		if (!news || (news > 0 && !maps))
 			continue;
 		ret = send_extent(d, c, e, news < 0);
-		if (ret == -EAGAIN || ret == -ENOBUFS) {
+		if (ret == -EAGAIN || ret == -ENOBUFS || ret == -ETOOMANYREFS) {
 			c->ext_behind = true;
 			return;
 		}
@@ -197,15 +203,38 @@ void kvd_extents_send(struct kvd *d, struct kvd_client *c)
 			return;
 		}
 	}
+	if (maps)
+		c->ext_epoch = d->ext_epoch;
 }
 
-static void extents_send_all(struct kvd *d)
+/* Bring @c up to date: every extent of its tenant, drops of the rest. */
+void kvd_extents_send(struct kvd *d, struct kvd_client *c)
+{
+	extents_tell(d, c, true);
+}
+
+/*
+ * May kvd post @c a completion now? Only once @c has been sent every
+ * extent its tenant owns (ring.c); catches up first when it can.
+ */
+bool kvd_extents_current(struct kvd *d, struct kvd_client *c)
+{
+	if (!d->pool.nr_extents)
+		return true;
+	if (c->ext_epoch == d->ext_epoch && !c->ext_behind)
+		return true;
+	extents_tell(d, c, true);
+	return !c->ext_behind;
+}
+
+/* Drops go out at once, so the memory of a dropped extent can go back. */
+static void extents_drop_all(struct kvd *d)
 {
 	for (uint32_t i = 0; i < d->nr_slots; i++) {
 		struct kvd_client *c = &d->clients[i];
 
 		if (c->state == KVD_CLIENT_LIVE && c->ext_sent)
-			kvd_extents_send(d, c);
+			extents_tell(d, c, false);
 	}
 }
 
@@ -213,24 +242,26 @@ static void extents_send_all(struct kvd *d)
 int kvd_extent_claim(struct kvd_pool *pool, uint32_t e, int32_t owner)
 {
 	struct kvd *d = pool->priv;
-	int ret;
+	bool dropped = false;
+	int ret = 0;
 
 	if (d->ext_fd[e] >= 0 && pool->ext_last[e] != KVD_EXT_FREE &&
-	    pool->ext_last[e] != owner)
+	    pool->ext_last[e] != owner) {
 		ext_unback(d, e);	/* another tenant's bytes were here */
+		dropped = true;
+	}
 	if (d->ext_fd[e] < 0) {
 		ret = ext_back(d, e);
-		if (ret) {
-			if (kvd_ratelimit(&d->rl_ext))
-				kvd_err("extent %u: cannot back it: %s", e,
-					strerror(-ret));
-			extents_send_all(d);	/* drops of the old one */
-			return ret;
-		}
+		if (ret && kvd_ratelimit(&d->rl_ext))
+			kvd_err("extent %u: cannot back it: %s", e,
+				strerror(-ret));
 	}
 	d->ext_idle[e] = 0;
-	extents_send_all(d);
-	return 0;
+	d->ext_epoch++;		/* a new owner: its clients need it */
+	if (dropped)
+		extents_drop_all(d);
+	/* To the client: kvd could not get the memory, whatever the cause. */
+	return ret ? -ENOMEM : 0;
 }
 
 /* The tick: give back the memory of extents unused for a while. */
@@ -251,5 +282,5 @@ void kvd_extents_tick(struct kvd *d)
 		changed = true;
 	}
 	if (changed)
-		extents_send_all(d);
+		extents_drop_all(d);
 }

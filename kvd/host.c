@@ -63,8 +63,10 @@ static int host_ext_create(struct kvd *d, uint32_t e, uint64_t off,
 
 /*
  * The memory goes back at once, even while clients that have not read
- * their DROP yet still map the memfd: the hole reads as zeros, so no
- * later tenant's bytes or earlier one's are ever seen through it.
+ * their DROP yet still map the memfd: the hole reads as zeros (a
+ * hugetlbfs hole faults with SIGBUS), so no later tenant's bytes or
+ * earlier one's are ever seen through it. Only a client touching memory
+ * it holds no block of can see either.
  */
 static void host_ext_destroy(struct kvd *d, uint32_t e, uint64_t off,
 			     uint64_t len, int fd)

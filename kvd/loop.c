@@ -202,9 +202,6 @@ static void drain_rings(struct kvd *d)
 				continue;
 			/* Awake now: clients need not ring (see ring.c). */
 			kv_atomic_andnot(c->sq_kflags, KV_SQ_NEED_WAKEUP);
-			/* Its extents before any CQE that may name them. */
-			if (c->ext_behind)
-				kvd_extents_send(d, c);
 			n = kvd_ring_process(d, c, d->cfg.sq_budget);
 			if (n < 0)
 				kvd_client_kill(d, c, "corrupt ring indices");

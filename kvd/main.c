@@ -225,6 +225,10 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 				fprintf(stderr, "kvd: --extent-size: '%s' is not a multiple of 2M\n", optarg);
 				return -1;
 			}
+			if ((uint64_t)sz / KV_PAGE_BYTES > UINT32_MAX) {
+				fprintf(stderr, "kvd: --extent-size: '%s' is larger than any pool (8191T at most)\n", optarg);
+				return -1;
+			}
 			cfg->extent_bytes = (uint64_t)sz;
 			break;
 		case 'v':
@@ -302,6 +306,8 @@ static int pool_create(struct kvd *d)
 	if (pick_backend(d))
 		return -1;
 	ext = d->cfg.extent_bytes ? d->cfg.extent_bytes : default_extent(d);
+	if (ext > d->pool.bytes)
+		ext = d->pool.bytes;	/* one extent: the whole pool */
 	d->cfg.extent_bytes = ext;
 	if (d->be->export_kind == KV_EXPORT_LEGACY && d->conf.nr_tenants > 1)
 		kvd_warn("--export legacy maps the whole pool into every client: tenants are not isolated by extents");

@@ -119,10 +119,20 @@ static int extents_charge(struct kvd_pool *pool, uint32_t first, uint32_t nr,
 		if (sign > 0 && pool->ext_used[e]++ == 0 &&
 		    owner != KVD_EXT_ANY) {
 			pool->ext_owner[e] = owner;
-			/* every claim: clients that joined while the extent
-			 * was free must get it too (on_claim knows who) */
-			if (pool->on_claim && !ret)
+			/*
+			 * ext_last says whose bytes the extent holds: only a
+			 * claim that succeeded makes them @owner's. After a
+			 * failure the run is undone; the extents past it
+			 * were never claimed and must not look @owner's, or
+			 * a later claim would keep another tenant's bytes.
+			 */
+			if (pool->on_claim) {
+				if (ret)
+					continue;
 				ret = pool->on_claim(pool, e, owner);
+				if (ret)
+					continue;
+			}
 			pool->ext_last[e] = owner;
 		}
 		if (sign < 0 && --pool->ext_used[e] == 0)

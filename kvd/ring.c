@@ -135,15 +135,28 @@ static bool cq_has_room(struct kvd_client *c)
 	return false;
 }
 
+static void post_cqe(struct kvd_client *c, uint64_t user_data, int res)
+{
+	struct kv_cqe *cqe = &c->cqes[c->cq_tail & (c->cq_entries - 1)];
+
+	cqe->user_data = user_data;
+	cqe->res = res;
+	cqe->flags = 0;
+	c->cq_tail++;
+}
+
 /*
  * kvd_ring_process - serve SQEs of @c until @budget units of work are
- * spent (an SQE of n ids costs 1 + n / 1024). Returns the number served, or -EPROTO when the client's indices are corrupt (the caller
+ * spent (an SQE of n ids costs 1 + n / 1024). Returns the number served,
+ * or -EPROTO when the client's indices are corrupt (the caller
  * disconnects it). Stops early, leaving SQEs queued, when the CQ is full:
- * no completion is ever dropped.
+ * no completion is ever dropped. A completion is posted only once the
+ * client has been sent every extent it may name (extent.c); until then
+ * it is held back (one at most: serving stops there).
  */
 int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 {
-	uint32_t head = c->sq_head, tail, done = 0, work = 0;
+	uint32_t head = c->sq_head, tail, done = 0, posted = 0, work = 0;
 
 	/* D1: pairs with the client's release of sq_tail (C1). */
 	tail = kv_smp_load_acquire(c->sq_ktail);
@@ -154,10 +167,17 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		kv_atomic_andnot(c->sq_kflags, KV_SQ_CQ_FULL);
 		c->cq_stalled = false;
 	}
+	if (c->cqe_deferred) {
+		if (!kvd_extents_current(d, c))
+			return 0;
+		/* its CQ slot was free when the SQE was taken: still is */
+		post_cqe(c, c->def_user_data, c->def_res);
+		c->cqe_deferred = false;
+		posted++;
+	}
 	/* Budget in work, not SQEs: an SQE of n ids costs 1 + n / 1024. */
 	while (head != tail && work < budget) {
 		struct kv_sqe sqe;
-		struct kv_cqe *cqe;
 		int res;
 
 		if (!cq_has_room(c)) {
@@ -166,26 +186,35 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		}
 		memcpy(&sqe, &c->sqes[head & (c->sq_entries - 1)], sizeof(sqe));
 		head++;
-		res = kvd_op_issue(d, c, &sqe);
-		cqe = &c->cqes[c->cq_tail & (c->cq_entries - 1)];
-		cqe->user_data = sqe.user_data;
-		cqe->res = res;
-		cqe->flags = 0;
-		c->cq_tail++;
 		done++;
 		work += 1 + sqe.nr / 1024;
+		res = kvd_op_issue(d, c, &sqe);
+		if (!kvd_extents_current(d, c)) {
+			c->cqe_deferred = true;
+			c->def_user_data = sqe.user_data;
+			c->def_res = res;
+			break;
+		}
+		post_cqe(c, sqe.user_data, res);
+		posted++;
 	}
-	if (!done)
-		return 0;
-	c->sq_head = head;
-	c->ops += done;
-	d->ops += done;
-	/* D3: publish CQEs; pairs with the client's acquire (C3). */
-	kv_smp_store_release(c->cq_ktail, c->cq_tail);
-	/* D2: SQ slots reusable; pairs with the client's acquire (C2). */
-	kv_smp_store_release(c->sq_khead, head);
-	kvd_ring_wake(c);
-	return (int)done;
+	if (done) {
+		c->sq_head = head;
+		c->ops += done;
+		d->ops += done;
+	}
+	if (posted) {
+		/* D3: publish CQEs; pairs with the client's acquire (C3). */
+		kv_smp_store_release(c->cq_ktail, c->cq_tail);
+	}
+	if (done) {
+		/* D2: SQ slots reusable; pairs with the client's acquire (C2). */
+		kv_smp_store_release(c->sq_khead, head);
+	}
+	if (posted)
+		kvd_ring_wake(c);
+	/* SQEs served; a held-back CQE posted alone counts as progress */
+	return (int)(done ? done : posted);
 }
 
 /* D6: wake a client that sleeps on its CQ. */

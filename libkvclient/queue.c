@@ -98,6 +98,9 @@ int kv_peek_cqe(struct kv_client *c, struct kv_cqe **cqe)
 
 	if (kv_smp_load_acquire(c->cq_ktail) == head) {
 		*cqe = NULL;
+		/* kvd holds a completion back until we have read the
+		 * extents it names: a poller must read them too. */
+		__kv_extents_pending(c);
 		return c->dead ? -ECONNRESET : -EAGAIN;
 	}
 	*cqe = &c->cqes[head & (c->cq_entries - 1)];
@@ -110,6 +113,8 @@ unsigned kv_peek_batch_cqe(struct kv_client *c, struct kv_cqe **cqes,
 	uint32_t head = KV_READ_ONCE(*c->cq_khead);
 	uint32_t ready = kv_smp_load_acquire(c->cq_ktail) - head;	/* C3 */
 
+	if (!ready)
+		__kv_extents_pending(c);	/* as kv_peek_cqe */
 	if (count > ready)
 		count = ready;
 	for (unsigned i = 0; i < count; i++)

@@ -379,6 +379,52 @@ static void test_pool_extents_keep_tenants_apart(void **state)
 	assert_int_equal(claims[(nr_claims - 1) % 8], (1 << 8) | 1);
 }
 
+static int fail_ext = -1;
+
+static int claim_fails(struct kvd_pool *pool, uint32_t ext, int32_t owner)
+{
+	(void)pool;
+	(void)owner;
+	return (int)ext == fail_ext ? -ENOMEM : 0;
+}
+
+/*
+ * A claim that fails undoes the run, and the extents past it, never
+ * claimed, still say whose bytes they hold (the earlier tenant's), so
+ * the next claim makes them fresh (found by a hostile test: a tenant got
+ * half a block of another's bytes).
+ */
+static void test_pool_claim_failure_keeps_last_owner(void **state)
+{
+	struct ctx *t = *state;
+
+	assert_int_equal(kvd_pool_init(&t->pool, 8), 0);
+	assert_int_equal(kvd_pool_set_extents(&t->pool, 2), 0);
+	t->pool.on_claim = claim_fails;
+	/* tenant 2 uses extents 0 and 1, then frees them */
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 4, 4, 2), 0);
+	kvd_pool_free_run(&t->pool, 0, 4);
+	assert_int_equal(t->pool.ext_last[1], 2);
+	/* tenant 1: extent 0 cannot be backed */
+	fail_ext = 0;
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 4, 4, 1), -ENOMEM);
+	assert_int_equal(t->pool.pages_used, 0);
+	assert_int_equal(t->pool.ext_owner[0], KVD_EXT_FREE);
+	assert_int_equal(t->pool.ext_owner[1], KVD_EXT_FREE);
+	assert_int_equal(t->pool.ext_last[0], 2);
+	assert_int_equal(t->pool.ext_last[1], 2);
+	assert_int_equal(t->pool.ext_used[0], 0);
+	assert_int_equal(t->pool.ext_used[1], 0);
+	/* extent 1 fails now: extent 0 was claimed (fresh, tenant 1's) */
+	fail_ext = 1;
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 4, 4, 1), -ENOMEM);
+	assert_int_equal(t->pool.ext_last[0], 1);
+	assert_int_equal(t->pool.ext_last[1], 2);
+	fail_ext = -1;
+	assert_int_equal(kvd_pool_alloc_run_for(&t->pool, 4, 4, 1), 0);
+	assert_int_equal(t->pool.ext_last[1], 1);
+}
+
 #define T(f)	cmocka_unit_test_setup_teardown(f, ctx_setup, ctx_teardown)
 
 int main(void)
@@ -396,6 +442,7 @@ int main(void)
 		T(test_pool_fragmentation),
 		T(test_pool_random_vs_model),
 		T(test_pool_extents_keep_tenants_apart),
+		T(test_pool_claim_failure_keeps_last_owner),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
