@@ -29,20 +29,22 @@ endif
 
 KVD_SRCS	:= $(wildcard kvd/*.c)
 LIB_SRCS	:= $(wildcard libkvclient/*.c)
+KERNEL_SRCS	:= $(wildcard kernels/*.c)
 KERNEL_CU	:= $(wildcard kernels/*.cu)
 UNIT_SRCS	:= $(filter-out tests/unit/test_lib_%,$(wildcard tests/unit/test_*.c))
 LIBUNIT_SRCS	:= $(wildcard tests/unit/test_lib_*.c)
 INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
 
 KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o) $(O)/obj/libkvclient/cudadrv.o
-LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o)
+# The kernels' C references (kv_ref_*, kv_layout_init, ...) are in the library.
+LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o) $(KERNEL_SRCS:%.c=$(O)/pic/%.o)
 KVD_CORE_OBJS	:= $(filter-out $(O)/obj/kvd/main.o,$(KVD_OBJS))
-KERNEL_REF_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard kernels/*.c))
+KERNEL_REF_OBJS	:= $(KERNEL_SRCS:%.c=$(O)/obj/%.o)
 
 LIB		:= $(O)/$(SONAME)
 UNIT_BINS	:= $(UNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%) \
 		   $(LIBUNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%)
-LIB_LIBS	:= -lxxhash -lcrypto -ldl
+LIB_LIBS	:= -lxxhash -lcrypto -ldl -lm
 INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
 TOOLS		:= $(O)/kvctl $(O)/kvbench
 DEPS_STAMP	:= $(O)/.deps-ok
@@ -65,7 +67,7 @@ $(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h test
 	@echo "  CC      $<"
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels $(CFLAGS) -c -o $@ $<
 
-$(O)/pic/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h libkvclient/*.h)
+$(O)/pic/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h libkvclient/*.h kernels/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (pic)"
 	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
@@ -99,7 +101,7 @@ $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)
 # Unit tests link only the daemon modules (and cmocka).
 $(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(KERNEL_REF_OBJS)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring -lxxhash -ldl
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring -lxxhash -ldl -lm
 
 $(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h kvd/*.c kernels/*.h tests/unit/*.h libkvclient/*.h)
 	@mkdir -p $(dir $@)
@@ -112,26 +114,39 @@ $(O)/tests/integration/%: $(O)/obj/tests/integration/%.o $(O)/obj/tests/integrat
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/obj/tests/integration/harness.o $(LIB_LINK) -ldl
 
 # CUDA kernels (kernels/*.cu): compiled for Hopper (sm_90) and PTX, and
-# linked with the static CUDA runtime, whenever nvcc exists.
-NVCC_FLAGS	:= -O2 -Iinclude -Ikernels -gencode arch=compute_90,code=sm_90 \
-		   -gencode arch=compute_90,code=compute_90 -Xcompiler -Wall,-Werror
+# linked with the static CUDA runtime, whenever nvcc exists. Warnings of
+# nvcc, the host compiler and ptxas are errors, and so is a register spill
+# in the decode and copy kernels (reshape_and_cache keeps ptxas' IEEE
+# division subroutine, which ptxas counts as one). `make kernels-usage`
+# prints the registers, shared memory and spills of every kernel.
+NVCC_FLAGS	:= -O3 -std=c++17 -lineinfo -Iinclude -Ikernels \
+		   -gencode arch=compute_90,code=sm_90 \
+		   -gencode arch=compute_90,code=compute_90 -Werror all-warnings \
+		   -Xcompiler -Wall,-Wextra,-Werror,-Wno-unused-parameter
 KERNEL_OBJS	:= $(KERNEL_CU:kernels/%.cu=$(O)/obj/kernels/%.cu.o)
+CUDA_LIBS	:= -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm
+GPU_CHECKS	:= $(O)/tests/gpu/kernels_check $(O)/tests/gpu/decode_bench
 
-$(O)/obj/kernels/%.cu.o: kernels/%.cu kernels/kv_kernels.h
+$(O)/obj/kernels/paged_attention.cu.o $(O)/obj/kernels/copy_blocks.cu.o: \
+	NVCC_EXTRA := -Xptxas -warn-spills
+
+$(O)/obj/kernels/%.cu.o: kernels/%.cu kernels/kv_kernels.h include/kv/kernels.h include/kv/abi.h
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $<"
-	$(Q)$(NVCC) $(NVCC_FLAGS) -c -o $@ $<
+	$(Q)$(NVCC) $(NVCC_FLAGS) $(NVCC_EXTRA) -c -o $@ $<
 
+# The CUDA kernels and the C code they share with the references.
 $(O)/libkvkernels.a: $(KERNEL_OBJS) $(KERNEL_REF_OBJS)
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-# Linking a host program against the kernels proves the link is whole.
-$(O)/tests/gpu/copy_blocks_check: tests/gpu/copy_blocks_check.c $(O)/libkvkernels.a
+# Host programs linked with the kernels (tests/gpu/run.sh runs them):
+# kernels_check against the C references, decode_bench's bandwidth table.
+$(GPU_CHECKS): $(O)/tests/gpu/%: tests/gpu/%.c $(O)/libkvkernels.a $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \
-		$(O)/libkvkernels.a -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
+		$(O)/libkvkernels.a -L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN/../..' $(CUDA_LIBS)
 
 # Two engine processes on the cuda backend (tests/gpu/run.sh): the CUDA
 # runtime, linked statically, writes and reads blocks on the device.
@@ -143,9 +158,15 @@ $(O)/tests/gpu/cuda_clients: tests/gpu/cuda_clients.c $(LIB)
 		-L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread
 
 ifneq ($(NVCC),)
-kernels: $(O)/libkvkernels.a $(O)/tests/gpu/copy_blocks_check $(O)/tests/gpu/cuda_clients
+kernels: $(O)/libkvkernels.a $(GPU_CHECKS) $(O)/tests/gpu/cuda_clients
+
+kernels-usage:
+	$(Q)for f in $(KERNEL_CU); do \
+		$(NVCC) $(NVCC_FLAGS) --resource-usage -c -o /dev/null $$f 2>&1 | \
+		sed -n "s/.*Compiling entry function '\([^']*\)'.*/\1/p; s/.*\(Used .*\)/    \1/p; s/^ *\([0-9]* bytes stack.*\)/    \1/p"; \
+	done
 else
-kernels:
+kernels kernels-usage:
 	@echo "  CUDA    nvcc not found (PATH, CUDA_HOME=$(CUDA_HOME)): GPU code skipped"
 endif
 
@@ -191,5 +212,5 @@ install: all
 clean:
 	rm -rf $(O)
 
-.PHONY: all test check man-check clang-check demo install clean kernels
+.PHONY: all test check man-check clang-check demo install clean kernels kernels-usage
 .SECONDARY:

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* C reference of copy_blocks (kernels/copy_blocks.cu). */
 #include <errno.h>
-#include <string.h>
 
 #include "kv_kernels.h"
 
@@ -10,7 +9,7 @@ int kv_ref_copy_blocks(void *pool, uint64_t block_bytes,
 {
 	uint8_t *base = pool;
 
-	if (block_bytes % 16)
+	if (block_bytes % 16 || (n && (!pool || !pairs)))
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
 		if (pairs[i].src == pairs[i].dst)

@@ -31,9 +31,12 @@
  *                     from a calibration file (kv_scales_load); written
  *                     into each block's scale area on write, so a block
  *                     carries its own scales.
- * Stored value q = round(x / scale) (int8: to nearest, ties away from zero,
- * clamped to +-127; e4m3: to nearest even, saturated to +-448); read back
- * as q * scale. Attention dequantizes on the fly, accumulating in fp32.
+ * Stored value q = round(x / scale) (an IEEE division; int8: to nearest,
+ * ties away from zero, clamped to +-127, NaN to 0; e4m3: to nearest even,
+ * saturated to +-448, NaN to 0x7f); read back as q * scale. A per-token
+ * scale that would be 0, infinite or NaN is 1. Attention dequantizes on
+ * the fly, accumulating in fp32. kernels/kv_kernels.h holds the shared
+ * inline code both implementations round with.
  *
  * Conventions: errors are -errno (-EINVAL for bad shapes, dtypes or
  * arguments, -EIO a CUDA launch failure); nothing is read or written on
@@ -75,9 +78,10 @@ struct kv_layout {
 
 /*
  * kv_layout_init - the layout of blocks of geometry @g. -EINVAL for a
- * count of 0, head_dim not a multiple of 8 (16-byte vector loads), an
- * unknown dtype or scheme, fp8/int8 without a scheme (scales are never
- * defaulted) or a scheme with another dtype.
+ * count of 0 or above 1024 (kvd's limits), head_dim not a multiple of 8
+ * (16-byte vector loads), an unknown dtype or scheme, fp8/int8 without a
+ * scheme (scales are never defaulted) or a scheme with another dtype.
+ * The kernels reject a layout that differs from what this makes.
  */
 int kv_layout_init(struct kv_layout *l, const struct kv_geometry *g);
 
@@ -117,7 +121,8 @@ struct kv_cache_args {
 	const int64_t	*slot_mapping;	/* [num_tokens]: block_id * block_tokens
 					 * + offset; < 0 skips the token */
 	const float	*scales;	/* KV_QUANT_CHANNEL: this layer's
-					 * [2][kv_heads][head_dim]; else NULL */
+					 * [2][kv_heads][head_dim]; else NULL
+					 * (-EINVAL otherwise) */
 };
 
 /*
@@ -125,7 +130,9 @@ struct kv_cache_args {
  * layer @layer of the pool at @pool (quantizing when the layout says so,
  * and writing the scales). An unquantized cache must have src_dtype equal
  * to its dtype. -EINVAL for a NULL pointer, a layer out of range, a bad
- * src_dtype, missing or non-finite/non-positive static scales.
+ * src_dtype, missing or non-finite/non-positive static scales, a slot
+ * whose block id does not fit 32 bits (the pool's size is not known
+ * here: slots are trusted to lie inside it).
  */
 int kv_ref_reshape_and_cache(const struct kv_layout *l, void *pool,
 			     uint32_t layer, const struct kv_cache_args *a);
@@ -144,16 +151,23 @@ struct kv_decode_args {
 	const uint32_t	*block_tables;	/* [num_seqs][max_blocks_per_seq] ids */
 	const uint32_t	*context_lens;	/* [num_seqs], tokens; 0: out is 0 */
 	float		scale;		/* softmax scale, e.g. 1/sqrt(head_dim) */
-	uint32_t	partition_tokens;	/* split-K partition: 0 = 512;
-					 * a multiple of block_tokens */
-	void		*workspace;	/* CUDA: kv_decode_workspace_bytes */
+	uint32_t	partition_tokens;	/* split-K partition, a multiple
+					 * of block_tokens, <= 8192; 0: the
+					 * largest multiple <= 512 (or
+					 * block_tokens if larger) */
+	void		*workspace;	/* CUDA: kv_decode_workspace_bytes;
+					 * the reference ignores it */
 	size_t		workspace_bytes;
 };
 
 /*
  * kv_decode_workspace_bytes - device scratch kv_cuda_paged_attention_decode
  * needs for these shapes (the partial maxima, sums and outputs of the
- * partitions of the longest context @max_context).
+ * partitions of the longest context @max_context; layout: struct
+ * kv_decode_ws in kernels/kv_kernels.h). The launcher cannot read the
+ * context_lens (device memory): max_context = max_blocks_per_seq *
+ * block_tokens, what the block tables hold, is always enough. 0 for
+ * invalid arguments, and when nothing is needed.
  */
 size_t kv_decode_workspace_bytes(const struct kv_layout *l,
 				 uint32_t num_seqs, uint32_t num_heads,
@@ -167,8 +181,12 @@ size_t kv_decode_workspace_bytes(const struct kv_layout *l,
  * kv_heads). Contexts are split into partitions of partition_tokens whose
  * partial results are reduced (FlashDecoding; vLLM's v2 kernel), so a few
  * long sequences still fill the GPU. fp32 accumulation. -EINVAL for bad
- * shapes, a context longer than max_blocks_per_seq blocks, a block id
- * whose bytes would lie past @pool_bytes, a workspace too small (CUDA).
+ * shapes, a non-finite scale, a context longer than max_blocks_per_seq
+ * blocks, a block id whose bytes would lie past @pool_bytes, a workspace
+ * too small (CUDA); -ENOMEM (reference: its partition scratch). The CUDA
+ * launcher cannot read block tables or context lengths (device memory):
+ * a sequence with a bad block id or too long a context gets NaN output
+ * rows instead, and never reads outside @pool_bytes.
  */
 int kv_ref_paged_attention_decode(const struct kv_layout *l,
 				  const void *pool, uint64_t pool_bytes,

@@ -1,7 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Every GPU-side check, for a machine with a CUDA device: build, then
-#   - the copy_blocks kernel against its C reference,
+#   - the kernels (copy_blocks, reshape_and_cache, paged_attention_decode)
+#     against their C references (tests/gpu/kernels_check),
+#   - the decode kernel's memory bandwidth table (tests/gpu/decode_bench),
 #   - the cuda backend's mocked-driver unit tests,
 #   - kvd --backend auto choosing cuda,
 #   - two engine processes writing blocks on the device and reading each
@@ -66,7 +68,16 @@ if [ $? -eq 77 ]; then
 	echo "SKIP  no CUDA device here: the GPU checks need one"
 	exit 77
 fi
-check "copy_blocks kernel matches its C reference" "$O"/tests/gpu/copy_blocks_check
+echo "== kernels against their C references"
+"$O"/tests/gpu/kernels_check >"$D/kernels.txt" 2>&1
+rc=$?
+grep -E "^FAIL|^  " "$D/kernels.txt" | head -40
+tail -1 "$D/kernels.txt"
+check "CUDA kernels match their C references ($(grep -c '^PASS' "$D/kernels.txt") case groups)" \
+	test $rc -eq 0
+echo "== decode bandwidth"
+"$O"/tests/gpu/decode_bench
+check "decode_bench runs" test $? -eq 0
 check "cuda backend, mocked driver (kvd side)" "$O"/tests/unit/test_cuda
 check "cuda backend, mocked driver (library side)" "$O"/tests/unit/test_lib_cuda
 

@@ -1,15 +1,25 @@
 // SPDX-License-Identifier: MIT
-/* C references of the kernels (kernels/ *_ref.c). */
+/*
+ * The kernels' C references (kernels/ *.c) apart from attention accuracy
+ * (test_kernels_attn.c): element conversions against an oracle that
+ * searches the table of every representable value, the block layout,
+ * calibration files, reshape_and_cache round trips, argument checks that
+ * write nothing, and 64-bit addressing of a pool above 4 GiB.
+ */
 #include <errno.h>
+#include <float.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cmocka.h>
 
-#include "kv_kernels.h"
+#include "test_kernels_util.h"
 
 #define BB	4096u
 #define NBLK	64u
@@ -45,7 +55,1004 @@ static void test_copy_blocks_rejects_bad_input(void **state)
 	(void)state;
 	assert_int_equal(kv_ref_copy_blocks(pool, 32, &self, 1), -EINVAL);
 	assert_int_equal(kv_ref_copy_blocks(pool, 24, &ok, 1), -EINVAL);
+	assert_int_equal(kv_ref_copy_blocks(NULL, 32, &ok, 1), -EINVAL);
+	assert_int_equal(kv_ref_copy_blocks(pool, 32, NULL, 1), -EINVAL);
 	assert_int_equal(kv_ref_copy_blocks(pool, 32, &ok, 0), 0);
+}
+
+/* ---- element conversions ---------------------------------------------- */
+
+static float f_bits(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static uint32_t bits_f(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return u;
+}
+
+/* e4m3 code @c by its definition: NaN for S.1111.111. */
+static double fp8_value(uint32_t c)
+{
+	uint32_t e = (c >> 3) & 15, m = c & 7;
+	double v;
+
+	if ((c & 0x7f) == 0x7f)
+		return NAN;
+	v = e ? ldexp(8 + m, (int)e - 10) : ldexp(m, -9);
+	return c & 0x80 ? -v : v;
+}
+
+static double half_value(uint32_t c)
+{
+	uint32_t e = (c >> 10) & 31, m = c & 0x3ff;
+	double v;
+
+	if (e == 31)
+		return m ? NAN : c & 0x8000 ? -INFINITY : INFINITY;
+	v = e ? ldexp(1024 + m, (int)e - 25) : ldexp(m, -24);
+	return c & 0x8000 ? -v : v;
+}
+
+static double bf16_value(uint32_t c)
+{
+	uint32_t e = (c >> 7) & 255, m = c & 0x7f;
+	double v;
+
+	if (e == 255)
+		return m ? NAN : c & 0x8000 ? -INFINITY : INFINITY;
+	v = e ? ldexp(128 + m, (int)e - 134) : ldexp(m, -133);
+	return c & 0x8000 ? -v : v;
+}
+
+/*
+ * A format's positive values by code, 0..n-1 increasing; the last one may
+ * stand for infinity at the value the next exponent would have, so that
+ * IEEE overflow (round to nearest even, max being odd) falls out.
+ */
+struct fmt {
+	const char	*name;
+	double		*vals;
+	uint32_t	n;
+	uint32_t	sign;		/* sign bit of a code */
+};
+
+/* The code nearest @x >= 0, ties to the even code. */
+static uint32_t fmt_nearest(const struct fmt *f, double x)
+{
+	uint32_t lo = 0, hi = f->n - 1;
+	double dl, dh;
+
+	if (x >= f->vals[f->n - 1])
+		return f->n - 1;
+	while (hi - lo > 1) {		/* vals[lo] <= x < vals[hi] */
+		uint32_t mid = lo + (hi - lo) / 2;
+
+		if (f->vals[mid] <= x)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	dl = x - f->vals[lo];
+	dh = f->vals[hi] - x;
+	if (dl != dh)
+		return dl < dh ? lo : hi;
+	return lo & 1 ? hi : lo;
+}
+
+static void fmt_init(struct fmt *f, double (*value)(uint32_t), uint32_t n,
+		     double top)
+{
+	f->vals = malloc(n * sizeof(double));
+	for (uint32_t c = 0; c < n; c++)
+		f->vals[c] = value(c);
+	if (top > 0)
+		f->vals[n - 1] = top;	/* infinity's code */
+}
+
+/* Checks @conv(x) against the oracle for x and -x. */
+static void fmt_check(const struct fmt *f, uint32_t (*conv)(float), float x)
+{
+	uint32_t want, got;
+
+	if (isnan(x))
+		return;
+	want = fmt_nearest(f, fabs((double)x));
+	if (x < 0 || (x == 0 && signbit(x)))
+		want |= f->sign;
+	got = conv(x);
+	if (got != want) {
+		printf("%s: %a (%.9g) gave 0x%x, nearest even is 0x%x\n",
+		       f->name, x, x, got, want);
+		fail();
+	}
+}
+
+static uint32_t conv_fp8(float x)
+{
+	return kv_float_to_fp8_e4m3(x);
+}
+
+static uint32_t conv_half(float x)
+{
+	return kv_float_to_half(x);
+}
+
+static uint32_t conv_bf16(float x)
+{
+	return kv_float_to_bf16(x);
+}
+
+/*
+ * Every midpoint between neighbouring codes (the ties), the floats just
+ * beside it, and random floats: by bit pattern (all exponents) and
+ * uniform over the format's range.
+ */
+static void fmt_sweep(const struct fmt *f, uint32_t (*conv)(float),
+		      uint64_t seed)
+{
+	struct t_rng rng = { seed };
+	double top = fmin(f->vals[f->n - 1] * 1.1, FLT_MAX);
+
+	for (uint32_t c = 0; c + 1 < f->n; c++) {
+		float mid = (float)((f->vals[c] + f->vals[c + 1]) / 2);
+
+		assert_true((double)mid == (f->vals[c] + f->vals[c + 1]) / 2);
+		fmt_check(f, conv, mid);
+		fmt_check(f, conv, -mid);
+		fmt_check(f, conv, nextafterf(mid, 0));
+		fmt_check(f, conv, nextafterf(mid, INFINITY));
+		fmt_check(f, conv, (float)f->vals[c]);
+	}
+	for (int i = 0; i < 200000; i++) {
+		fmt_check(f, conv, f_bits((uint32_t)t_next(&rng)));
+		fmt_check(f, conv, (float)((t_unif(&rng) * 2 - 1) * top));
+		fmt_check(f, conv, (float)ldexp(t_unif(&rng) * 2 - 1,
+						(int)t_below(&rng, 40) - 30));
+	}
+}
+
+static void test_fp8_every_code(void **state)
+{
+	(void)state;
+	for (uint32_t c = 0; c < 256; c++) {
+		double want = fp8_value(c);
+		float got = kv_fp8_e4m3_to_float((uint8_t)c);
+
+		if (isnan(want)) {
+			assert_true(isnan(got));
+			assert_int_equal(kv_float_to_fp8_e4m3(got), 0x7f);
+			continue;
+		}
+		assert_true((double)got == want);
+		assert_int_equal(!!signbit(got), c >> 7);
+		/* every finite code round-trips, -0 (0x80) included */
+		assert_int_equal(kv_float_to_fp8_e4m3(got), c);
+	}
+	assert_true(kv_fp8_e4m3_to_float(0x7e) == 448.0f);
+	assert_true(kv_fp8_e4m3_to_float(0x01) == 0x1p-9f);
+	assert_true(kv_fp8_e4m3_to_float(0x08) == 0x1p-6f);
+}
+
+static void test_fp8_nearest_even_saturating(void **state)
+{
+	/* saturating: beyond 448 is 448 */
+	struct fmt f = { .name = "e4m3", .n = 0x7f, .sign = 0x80 };
+
+	(void)state;
+	fmt_init(&f, fp8_value, f.n, 0);
+	fmt_sweep(&f, conv_fp8, 1);
+	free(f.vals);
+
+	/* ties go to the even code */
+	assert_int_equal(kv_float_to_fp8_e4m3(1.0625f), 0x38);	/* 1 | 1.125 */
+	assert_int_equal(kv_float_to_fp8_e4m3(1.1875f), 0x3a);	/* 1.125 | 1.25 */
+	assert_int_equal(kv_float_to_fp8_e4m3(0x1p-10f), 0x00);	/* 0 | 2^-9 */
+	assert_int_equal(kv_float_to_fp8_e4m3(0x3p-10f), 0x02);
+	assert_int_equal(kv_float_to_fp8_e4m3(0xfp-10f), 0x08);	/* subnormal | normal */
+	assert_int_equal(kv_float_to_fp8_e4m3(400.0f), 0x7c);	/* 384 | 416 */
+	assert_int_equal(kv_float_to_fp8_e4m3(432.0f), 0x7e);	/* 416 | 448 */
+	/* saturation, never NaN for a number */
+	assert_int_equal(kv_float_to_fp8_e4m3(448.0f), 0x7e);
+	assert_int_equal(kv_float_to_fp8_e4m3(464.0f), 0x7e);
+	assert_int_equal(kv_float_to_fp8_e4m3(480.0f), 0x7e);
+	assert_int_equal(kv_float_to_fp8_e4m3(1e30f), 0x7e);
+	assert_int_equal(kv_float_to_fp8_e4m3(INFINITY), 0x7e);
+	assert_int_equal(kv_float_to_fp8_e4m3(-INFINITY), 0xfe);
+	assert_int_equal(kv_float_to_fp8_e4m3(-500.0f), 0xfe);
+	assert_int_equal(kv_float_to_fp8_e4m3(NAN), 0x7f);
+	assert_int_equal(kv_float_to_fp8_e4m3(-NAN), 0x7f);
+	assert_int_equal(kv_float_to_fp8_e4m3(-0.0f), 0x80);
+	assert_int_equal(kv_float_to_fp8_e4m3(FLT_TRUE_MIN), 0x00);
+}
+
+static void test_half_every_code(void **state)
+{
+	(void)state;
+	for (uint32_t c = 0; c < 65536; c++) {
+		double want = half_value(c);
+		float got = kv_half_to_float((uint16_t)c);
+		uint16_t back = kv_float_to_half(got);
+
+		if (isnan(want)) {
+			/* NaN stays NaN, payload kept, quieted */
+			assert_true(isnan(got));
+			assert_int_equal(back, c | 0x200);
+			continue;
+		}
+		assert_true((double)got == want);
+		assert_int_equal(!!signbit(got), c >> 15);
+		assert_int_equal(back, c);
+	}
+}
+
+static void test_half_nearest_even(void **state)
+{
+	struct fmt f = { .name = "half", .n = 0x7c01, .sign = 0x8000 };
+
+	(void)state;
+	fmt_init(&f, half_value, f.n, 65536.0);
+	fmt_sweep(&f, conv_half, 2);
+	free(f.vals);
+
+	assert_int_equal(kv_float_to_half(65504.0f), 0x7bff);
+	assert_int_equal(kv_float_to_half(65519.996f), 0x7bff);
+	assert_int_equal(kv_float_to_half(65520.0f), 0x7c00);	/* tie: inf */
+	assert_int_equal(kv_float_to_half(-1e6f), 0xfc00);
+	assert_int_equal(kv_float_to_half(INFINITY), 0x7c00);
+	assert_int_equal(kv_float_to_half(0x1p-24f), 0x0001);
+	assert_int_equal(kv_float_to_half(0x1p-25f), 0x0000);	/* tie: 0 */
+	assert_int_equal(kv_float_to_half(0x3p-25f), 0x0002);	/* tie: even */
+	assert_int_equal(kv_float_to_half(0x1.002p0f), 0x3c00);	/* 1 + 2^-11 */
+	assert_int_equal(kv_float_to_half(0x1.006p0f), 0x3c02);
+	assert_int_equal(kv_float_to_half(0x1.ffcp-15f), 0x0400); /* to normal */
+	assert_int_equal(kv_float_to_half(-0.0f), 0x8000);
+	assert_int_equal(kv_float_to_half(NAN) & 0x7e00, 0x7e00);
+}
+
+static void test_bf16_every_code_and_nearest_even(void **state)
+{
+	struct fmt f = { .name = "bf16", .n = 0x7f81, .sign = 0x8000 };
+
+	(void)state;
+	for (uint32_t c = 0; c < 65536; c++) {
+		double want = bf16_value(c);
+		float got = kv_bf16_to_float((uint16_t)c);
+
+		if (isnan(want)) {
+			assert_true(isnan(got));
+			assert_int_equal(kv_float_to_bf16(got), c | 0x40);
+			continue;
+		}
+		assert_true((double)got == want);
+		assert_int_equal(kv_float_to_bf16(got), c);
+	}
+	fmt_init(&f, bf16_value, f.n, 0x1p128);
+	fmt_sweep(&f, conv_bf16, 3);
+	free(f.vals);
+
+	assert_int_equal(kv_float_to_bf16(0x1.01p0f), 0x3f80);	/* tie: even */
+	assert_int_equal(kv_float_to_bf16(0x1.03p0f), 0x3f82);
+	assert_int_equal(kv_float_to_bf16(FLT_MAX), 0x7f80);
+	assert_int_equal(kv_float_to_bf16(f_bits(0x7f7f7fff)), 0x7f7f);
+	assert_int_equal(kv_float_to_bf16(f_bits(0x00018000)), 0x0002);	/* subnormal tie */
+	assert_int_equal(kv_float_to_bf16(-0.0f), 0x8000);
+	assert_int_equal(kv_float_to_bf16(f_bits(0xff800001)), 0xffc0);
+	assert_int_equal(bits_f(kv_bf16_to_float(0x0001)), 0x00010000);
+}
+
+/* ---- layout ------------------------------------------------------------ */
+
+static void test_layout_offsets(void **state)
+{
+	static const uint32_t kinds[][2] = {
+		{ KV_DTYPE_FP16, KV_QUANT_NONE }, { KV_DTYPE_BF16, KV_QUANT_NONE },
+		{ KV_DTYPE_FP32, KV_QUANT_NONE },
+		{ KV_DTYPE_FP8_E4M3, KV_QUANT_TOKEN },
+		{ KV_DTYPE_FP8_E4M3, KV_QUANT_CHANNEL },
+		{ KV_DTYPE_INT8, KV_QUANT_TOKEN },
+		{ KV_DTYPE_INT8, KV_QUANT_CHANNEL },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+		struct kv_geometry g = {
+			.layers = 3, .kv_heads = 5, .head_dim = 24,
+			.block_tokens = 7, .dtype = kinds[i][0],
+			.quant = kinds[i][1],
+		};
+		uint32_t eb = kv_dtype_bytes(g.dtype);
+		uint64_t vals = 5ull * 7 * 24 * eb, sc;
+		struct kv_layout l;
+
+		assert_int_equal(kv_layout_init(&l, &g), 0);
+		assert_int_equal(l.elem_bytes, eb);
+		assert_int_equal(l.v_off, vals);
+		assert_int_equal(l.layer_bytes, kv_geometry_layer_bytes(&g));
+		assert_int_equal(l.block_bytes, kv_geometry_block_bytes(&g));
+		if (g.quant == KV_QUANT_NONE) {
+			assert_int_equal(l.layer_bytes, 2 * vals);
+			assert_int_equal(l.block_bytes, 3 * 2 * vals);
+			continue;
+		}
+		sc = 5ull * 4 * (g.quant == KV_QUANT_TOKEN ? 7 : 24);
+		assert_int_equal(l.k_scale_off, 2 * vals);
+		assert_int_equal(l.v_scale_off, 2 * vals + sc);
+		assert_int_equal(l.layer_bytes, (2 * vals + 2 * sc + 15) & ~15ull);
+		assert_int_equal(l.block_bytes % 256, 0);
+	}
+}
+
+static void test_layout_rejects(void **state)
+{
+	const struct kv_geometry ok = {
+		.layers = 2, .kv_heads = 2, .head_dim = 64, .block_tokens = 16,
+		.dtype = KV_DTYPE_FP16,
+	};
+	struct kv_layout l, before;
+	struct kv_geometry g;
+
+	(void)state;
+	memset(&l, 0x5a, sizeof(l));
+	before = l;
+#define BAD(field, value) do {						\
+		g = ok;							\
+		g.field = value;					\
+		assert_int_equal(kv_layout_init(&l, &g), -EINVAL);	\
+		assert_memory_equal(&l, &before, sizeof(l));		\
+	} while (0)
+	BAD(layers, 0);
+	BAD(kv_heads, 0);
+	BAD(head_dim, 0);
+	BAD(block_tokens, 0);
+	BAD(head_dim, 60);		/* not a multiple of 8 */
+	BAD(head_dim, 1032);
+	BAD(block_tokens, 1025);
+	BAD(dtype, KV_DTYPE__MAX);
+	BAD(quant, KV_QUANT_TOKEN);	/* fp16 has no scales */
+	BAD(quant, KV_QUANT__MAX);
+	g = ok;
+	g.dtype = KV_DTYPE_FP8_E4M3;	/* without a scheme */
+	assert_int_equal(kv_layout_init(&l, &g), -EINVAL);
+	g.dtype = KV_DTYPE_INT8;
+	assert_int_equal(kv_layout_init(&l, &g), -EINVAL);
+	g.quant = KV_QUANT_CHANNEL;
+	assert_int_equal(kv_layout_init(&l, &g), 0);
+	assert_int_equal(kv_layout_init(NULL, &g), -EINVAL);
+	assert_int_equal(kv_layout_init(&l, NULL), -EINVAL);
+#undef BAD
+}
+
+static void test_workspace_bytes(void **state)
+{
+	struct kv_layout l;
+
+	(void)state;
+	assert_int_equal(t_layout(&l, 1, 2, 64, 16, KV_DTYPE_FP16, 0), 0);
+	/* 3 seqs x 4 heads x 2 partitions: 24 floats (256), 24 (256),
+	 * 24 x 64 floats (6144) */
+	assert_int_equal(kv_decode_workspace_bytes(&l, 3, 4, 1000, 512), 6656);
+	assert_int_equal(kv_decode_workspace_bytes(&l, 3, 4, 1000, 0), 6656);
+	assert_int_equal(kv_decode_workspace_bytes(&l, 3, 4, 1024, 512), 6656);
+	assert_int_equal(kv_decode_workspace_bytes(&l, 3, 4, 1025, 512),
+			 256 + 256 + 9216);
+	assert_int_equal(kv_decode_workspace_bytes(&l, 1, 1, 1, 16),
+			 256 + 256 + 256);
+	assert_int_equal(kv_decode_workspace_bytes(&l, 3, 4, 0, 512), 0);
+	assert_int_equal(kv_decode_workspace_bytes(&l, 3, 4, 1000, 24), 0);
+	assert_int_equal(kv_decode_workspace_bytes(&l, 3, 4, 1000, 8208), 0);
+	assert_int_equal(kv_decode_workspace_bytes(NULL, 3, 4, 1000, 512), 0);
+	/* default partition: the largest multiple of block_tokens <= 512 */
+	assert_int_equal(t_layout(&l, 1, 1, 8, 48, KV_DTYPE_FP16, 0), 0);
+	assert_int_equal(kv_decode_workspace_bytes(&l, 1, 1, 960, 0),
+			 256 + 256 + 256);	/* 2 x 480 */
+	assert_int_equal(kv_decode_workspace_bytes(&l, 1, 1, 961, 0),
+			 256 + 256 + 256);	/* 3 partitions, 96 bytes */
+}
+
+/* ---- calibration files ------------------------------------------------- */
+
+static char t_dir[64];
+
+static const char *t_file(const char *name, const char *text)
+{
+	static char path[128];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", t_dir, name);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	return path;
+}
+
+static int scales_setup(void **state)
+{
+	const char *tmp = getenv("TMPDIR");
+
+	snprintf(t_dir, sizeof(t_dir), "%s/kvscales.XXXXXX", tmp ? tmp : "/tmp");
+	*state = mkdtemp(t_dir);
+	return *state ? 0 : -1;
+}
+
+static int scales_teardown(void **state)
+{
+	char cmd[96];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t_dir);
+	return system(cmd) ? -1 : 0;
+}
+
+#define GOOD_SCALES							\
+	"# layer 0\n"							\
+	"k 0 0 0.5\n"							\
+	"v 0 0 1 2 3 4 5 6 7 8   # per channel\n"			\
+	"\n"								\
+	"k 0 1 0.25\r\n"						\
+	"v 0 1 1e-3\n"							\
+	"  v 1 1\t3.5\n"						\
+	"k 1 0 2\n"							\
+	"v 1 0 2\n"
+
+static void test_scales_load(void **state)
+{
+	const char *path = t_file("good", GOOD_SCALES "k 1 1 3\n");
+	struct kv_scales s = { 0 };
+	struct kv_layout l;
+	char err[256] = "x";
+
+	(void)state;
+	assert_int_equal(t_layout(&l, 2, 2, 8, 16, KV_DTYPE_FP8_E4M3,
+				  KV_QUANT_CHANNEL), 0);
+	assert_int_equal(kv_scales_load(path, &l, &s, err, sizeof(err)), 0);
+	assert_string_equal(err, "");
+	assert_int_equal(s.layers, 2);
+	assert_int_equal(s.kv_heads, 2);
+	assert_int_equal(s.head_dim, 8);
+	/* s[((layer * 2 + kv) * kv_heads + head) * head_dim + channel] */
+	for (int d = 0; d < 8; d++) {
+		assert_true(s.s[(0 * 2 + 0) * 16 + 0 * 8 + d] == 0.5f);
+		assert_true(s.s[(0 * 2 + 1) * 16 + 0 * 8 + d] == (float)(d + 1));
+		assert_true(s.s[(0 * 2 + 0) * 16 + 1 * 8 + d] == 0.25f);
+		assert_true(s.s[(0 * 2 + 1) * 16 + 1 * 8 + d] == 1e-3f);
+		assert_true(s.s[(1 * 2 + 0) * 16 + 0 * 8 + d] == 2.0f);
+		assert_true(s.s[(1 * 2 + 1) * 16 + 0 * 8 + d] == 2.0f);
+		assert_true(s.s[(1 * 2 + 0) * 16 + 1 * 8 + d] == 3.0f);
+		assert_true(s.s[(1 * 2 + 1) * 16 + 1 * 8 + d] == 3.5f);
+	}
+	kv_scales_free(&s);
+	assert_null(s.s);
+	kv_scales_free(&s);
+	kv_scales_free(NULL);
+}
+
+static void test_scales_load_errors(void **state)
+{
+	static const struct {
+		const char	*text;
+		const char	*why;	/* "LINE: start of the reason" */
+	} bad[] = {
+		{ "k 1 1\n" GOOD_SCALES, "1: missing scale" },
+		{ "k 1 1 0\n" GOOD_SCALES, "1: scale '0' is not finite" },
+		{ GOOD_SCALES "k 1 1 -2\n", "10: scale '-2' is not finite" },
+		{ GOOD_SCALES "k 1 1 nan\n", "10: scale 'nan' is not finite" },
+		{ GOOD_SCALES "k 1 1 inf\n", "10: scale 'inf' is not finite" },
+		{ GOOD_SCALES "k 1 1 1e39\n", "10: scale '1e39' is not finite" },
+		{ GOOD_SCALES "k 1 1 0.5x\n", "10: scale '0.5x' is not a number" },
+		{ GOOD_SCALES "k 1 1 1 2 3\n", "10: 3 scales: 1 or 8" },
+		{ GOOD_SCALES "k 1 1 1 2 3 4 5 6 7 8 9\n", "10: more than 8 scales" },
+		{ GOOD_SCALES "k 2 1 1\n", "10: layer 2 out of range" },
+		{ GOOD_SCALES "k 1 2 1\n", "10: head 2 out of range" },
+		{ GOOD_SCALES "k -1 1 1\n", "10: layer '-1' is not a number" },
+		{ GOOD_SCALES "k 1\n", "10: missing head" },
+		{ GOOD_SCALES "q 1 1 1\n", "10: 'q': a line starts with k or v" },
+		{ GOOD_SCALES "k 1 1 3\nk 0 1 1\n", "11: duplicate k 0 1 (first on line 5)" },
+		{ GOOD_SCALES, "9: end of file: no line for k 1 1" },
+		{ "", "0: end of file: no line for k 0 0" },
+	};
+	struct kv_scales s = { .layers = 77, .s = (float *)&s };
+	struct kv_layout l;
+	char err[256], want[256];
+
+	(void)state;
+	assert_int_equal(t_layout(&l, 2, 2, 8, 16, KV_DTYPE_INT8,
+				  KV_QUANT_CHANNEL), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		const char *path = t_file("bad", bad[i].text);
+
+		snprintf(want, sizeof(want), "%s:%s", path, bad[i].why);
+		assert_int_equal(kv_scales_load(path, &l, &s, err, sizeof(err)),
+				 -EINVAL);
+		printf("  %s\n", err);
+		if (strncmp(err, want, strlen(want))) {
+			printf("expected '%s...'\n", want);
+			fail();
+		}
+		/* nothing written on error */
+		assert_int_equal(s.layers, 77);
+		assert_ptr_equal(s.s, &s);
+	}
+	assert_int_equal(kv_scales_load("/nonexistent/kv.scales", &l, &s, err,
+					sizeof(err)), -ENOENT);
+	assert_string_equal(err, "/nonexistent/kv.scales: No such file or directory");
+	/* a short error buffer is cut, not overrun; none at all is fine */
+	assert_int_equal(kv_scales_load(t_file("bad", ""), &l, &s, err, 8),
+			 -EINVAL);
+	assert_int_equal(strlen(err), 7);
+	assert_int_equal(kv_scales_load(t_file("bad", ""), &l, &s, NULL, 0),
+			 -EINVAL);
+	assert_int_equal(kv_scales_load(NULL, &l, &s, err, sizeof(err)), -EINVAL);
+	assert_int_equal(kv_scales_load(t_file("bad", ""), NULL, &s, err,
+					sizeof(err)), -EINVAL);
+}
+
+/* ---- reshape_and_cache ------------------------------------------------- */
+
+#define RC_LAYERS	2
+#define RC_HEADS	2
+#define RC_HD		16
+#define RC_BT		4
+#define RC_BLOCKS	6
+#define RC_TOKENS	7
+
+/* Slots: blocks 3 and 1, not in order, a gap, one skipped token. */
+static const int64_t rc_slots[RC_TOKENS] = { 13, 14, 4, -1, 15, 7, 12 };
+
+/* Marks the bytes one token may write: its rows, its scales. */
+static void rc_mark(const struct kv_layout *l, uint8_t *mask, int64_t slot)
+{
+	uint64_t id = (uint64_t)slot / RC_BT;
+	uint32_t off = (uint32_t)(slot % RC_BT);
+	uint8_t *blk = mask + id * l->block_bytes;
+	uint64_t row = (uint64_t)RC_HD * l->elem_bytes;
+
+	for (int v = 0; v < 2; v++) {
+		for (uint32_t h = 0; h < RC_HEADS; h++) {
+			uint64_t o = 1 * l->layer_bytes + (v ? l->v_off : 0) +
+				     ((uint64_t)h * RC_BT + off) * row;
+
+			memset(blk + o, 1, row);
+			if (l->quant == KV_QUANT_TOKEN)
+				memset(blk + t_scale_off(l, 1, v) +
+				       ((uint64_t)h * RC_BT + off) * 4, 1, 4);
+		}
+		if (l->quant == KV_QUANT_CHANNEL)
+			memset(blk + t_scale_off(l, 1, v), 1,
+			       (uint64_t)RC_HEADS * RC_HD * 4);
+	}
+}
+
+/* |x^ - x| bound of one element at scale @s (kernels.h, the man page). */
+static double rc_bound(uint32_t dtype, double x, double s)
+{
+	double b = dtype == KV_DTYPE_INT8 ? s / 2 :
+		   fmax(ldexp(fabs(x), -4), ldexp(s, -10));
+
+	return b * (1 + 1e-6) + 1e-6 * fabs(x);
+}
+
+static void rc_check_token(const struct kv_layout *l, const uint8_t *pool,
+			   const float *k, const float *v, const void *ksrc,
+			   const void *vsrc, uint32_t src, uint32_t t,
+			   const float *scales, double *worst, int *saturated)
+{
+	float qmax = l->dtype == KV_DTYPE_INT8 ? 127.0f : 448.0f;
+	uint64_t id = (uint64_t)rc_slots[t] / RC_BT;
+	uint32_t off = (uint32_t)(rc_slots[t] % RC_BT);
+	float row[RC_HD];
+
+	for (int kv = 0; kv < 2; kv++) {
+		const float *x = kv ? v : k;
+		const uint8_t *xs = kv ? vsrc : ksrc;
+
+		for (uint32_t h = 0; h < RC_HEADS; h++) {
+			const float *xr = x + ((uint64_t)t * RC_HEADS + h) * RC_HD;
+			float amax = 0.0f, s;
+
+			t_read_row(l, pool, id, 1, kv, h, off, row);
+			if (l->quant == KV_QUANT_NONE) {
+				/* the source bits, unchanged */
+				assert_memory_equal(pool + id * l->block_bytes +
+					l->layer_bytes + (kv ? l->v_off : 0) +
+					((uint64_t)h * RC_BT + off) * RC_HD * l->elem_bytes,
+					xs + ((uint64_t)t * RC_HEADS + h) * RC_HD *
+					t_src_bytes(src), RC_HD * l->elem_bytes);
+				continue;
+			}
+			for (uint32_t d = 0; d < RC_HD; d++)
+				amax = fmaxf(amax, fabsf(xr[d]));
+			for (uint32_t d = 0; d < RC_HD; d++) {
+				const uint8_t *blk = pool + id * l->block_bytes;
+				double e;
+
+				s = t_scale(l, blk, 1, kv, h, off, d);
+				if (l->quant == KV_QUANT_CHANNEL)
+					assert_true(s == scales[(kv * RC_HEADS + h) *
+								RC_HD + d]);
+				else if (amax == 0.0f)
+					assert_true(s == 1.0f);
+				else
+					assert_true(s == amax / qmax);
+				e = fabs(row[d] - xr[d]);
+				if (fabsf(xr[d]) / s > qmax) {
+					/* saturated: +-qmax * s */
+					assert_true(row[d] == copysignf(qmax * s, xr[d]));
+					(*saturated)++;
+					continue;
+				}
+				assert_true(e <= rc_bound(l->dtype, xr[d], s));
+				*worst = fmax(*worst, e / rc_bound(l->dtype, xr[d], s));
+			}
+		}
+	}
+}
+
+static void rc_round_trip(uint32_t dtype, uint32_t quant, uint32_t src,
+			  struct t_rng *rng, double *worst, int *saturated)
+{
+	struct kv_layout l;
+	uint8_t *pool, *orig, *mask;
+	float k[RC_TOKENS * RC_HEADS * RC_HD], v[RC_TOKENS * RC_HEADS * RC_HD];
+	uint8_t ksrc[sizeof(k)], vsrc[sizeof(v)];
+	float scales[2 * RC_HEADS * RC_HD];
+	struct kv_cache_args a = {
+		.k = ksrc, .v = vsrc, .src_dtype = src, .num_tokens = RC_TOKENS,
+		.slot_mapping = rc_slots,
+		.scales = quant == KV_QUANT_CHANNEL ? scales : NULL,
+	};
+	uint64_t bytes;
+
+	assert_int_equal(t_layout(&l, RC_LAYERS, RC_HEADS, RC_HD, RC_BT, dtype,
+				  quant), 0);
+	bytes = RC_BLOCKS * l.block_bytes;
+	pool = malloc(bytes);
+	orig = malloc(bytes);
+	mask = calloc(1, bytes);
+	for (uint64_t i = 0; i < bytes; i++)
+		orig[i] = (uint8_t)t_next(rng);
+	memcpy(pool, orig, bytes);
+	for (uint32_t i = 0; i < RC_TOKENS * RC_HEADS * RC_HD; i++) {
+		/* token 2's K of head 1 is all zero: scale 1 */
+		int zero = i / RC_HD == 2 * RC_HEADS + 1;
+
+		k[i] = t_store(ksrc, src, i, zero ? 0.0f : 3 * t_gauss(rng));
+		v[i] = t_store(vsrc, src, i, (float)ldexp(t_gauss(rng),
+						(int)t_below(rng, 12) - 6));
+	}
+	/* static scales: calibrated on the data, some channels too small */
+	for (uint32_t kv = 0; kv < 2; kv++)
+		for (uint32_t c = 0; c < RC_HEADS * RC_HD; c++) {
+			const float *x = kv ? v : k;
+			float amax = 0.0f;
+
+			for (uint32_t t = 0; t < RC_TOKENS; t++)
+				amax = fmaxf(amax, fabsf(x[t * RC_HEADS * RC_HD + c]));
+			scales[kv * RC_HEADS * RC_HD + c] = amax > 0 ?
+				amax / (dtype == KV_DTYPE_INT8 ? 127 : 448) *
+				(c % 5 ? 1.0f : 0.5f) : 1.0f;
+		}
+
+	assert_int_equal(kv_ref_reshape_and_cache(&l, pool, 1, &a), 0);
+	for (uint32_t t = 0; t < RC_TOKENS; t++) {
+		if (rc_slots[t] < 0)
+			continue;
+		rc_mark(&l, mask, rc_slots[t]);
+		rc_check_token(&l, pool, k, v, ksrc, vsrc, src, t, scales, worst,
+			       saturated);
+	}
+	/* nothing else changed: other slots, layer 0, other blocks */
+	for (uint64_t i = 0; i < bytes; i++)
+		if (!mask[i] && pool[i] != orig[i]) {
+			printf("byte %llu changed\n", (unsigned long long)i);
+			fail();
+		}
+	free(pool);
+	free(orig);
+	free(mask);
+}
+
+static void test_reshape_and_cache_round_trip(void **state)
+{
+	struct t_rng rng = { 7 };
+	double worst[2][3] = { { 0 } };
+	int saturated = 0;
+
+	(void)state;
+	for (uint32_t d = KV_DTYPE_FP16; d <= KV_DTYPE_FP32; d++)
+		rc_round_trip(d, KV_QUANT_NONE, d, &rng, &worst[0][0],
+			      &saturated);
+	for (uint32_t d = KV_DTYPE_FP8_E4M3; d <= KV_DTYPE_INT8; d++)
+		for (uint32_t q = KV_QUANT_TOKEN; q <= KV_QUANT_CHANNEL; q++)
+			for (uint32_t src = 0; src < 3; src++)
+				rc_round_trip(d, q, src, &rng,
+					      &worst[d - KV_DTYPE_FP8_E4M3][q],
+					      &saturated);
+	printf("reshape_and_cache round trip, worst |x^ - x| / bound: fp8 "
+	       "token %.3f channel %.3f, int8 token %.3f channel %.3f; %d "
+	       "saturated by small static scales\n",
+	       worst[0][1], worst[0][2], worst[1][1], worst[1][2], saturated);
+	assert_true(saturated > 0);
+}
+
+static void test_reshape_and_cache_rejects(void **state)
+{
+	struct kv_layout l, lt, lc, bad_l;
+	uint8_t pool[RC_BLOCKS * 4096], orig[sizeof(pool)];
+	float kv[RC_TOKENS * RC_HEADS * RC_HD] = { 0 };
+	float scales[2 * RC_HEADS * RC_HD];
+	int64_t slots[RC_TOKENS];
+	struct kv_cache_args a = {
+		.k = kv, .v = kv, .src_dtype = KV_DTYPE_FP32,
+		.num_tokens = RC_TOKENS, .slot_mapping = slots,
+	}, b;
+
+	(void)state;
+	assert_int_equal(t_layout(&l, RC_LAYERS, RC_HEADS, RC_HD, RC_BT,
+				  KV_DTYPE_FP32, 0), 0);
+	assert_int_equal(t_layout(&lt, RC_LAYERS, RC_HEADS, RC_HD, RC_BT,
+				  KV_DTYPE_INT8, KV_QUANT_TOKEN), 0);
+	assert_int_equal(t_layout(&lc, RC_LAYERS, RC_HEADS, RC_HD, RC_BT,
+				  KV_DTYPE_FP8_E4M3, KV_QUANT_CHANNEL), 0);
+	assert_true(l.block_bytes * RC_BLOCKS <= sizeof(pool));
+	memcpy(slots, rc_slots, sizeof(slots));
+	for (uint32_t i = 0; i < 2 * RC_HEADS * RC_HD; i++)
+		scales[i] = 1.0f;
+	memset(pool, 0x33, sizeof(pool));
+	memcpy(orig, pool, sizeof(pool));
+#define REJECT(lay, lr, args) do {					\
+		assert_int_equal(kv_ref_reshape_and_cache(lay, pool, lr, args), \
+				 -EINVAL);				\
+		assert_memory_equal(pool, orig, sizeof(pool));		\
+	} while (0)
+	REJECT(NULL, 0, &a);
+	REJECT(&l, 0, NULL);
+	REJECT(&l, RC_LAYERS, &a);
+	assert_int_equal(kv_ref_reshape_and_cache(&l, NULL, 0, &a), -EINVAL);
+	b = a;
+	b.src_dtype = KV_DTYPE_FP16;		/* unquantized: must match */
+	REJECT(&l, 0, &b);
+	b.src_dtype = KV_DTYPE_INT8;
+	REJECT(&lt, 0, &b);
+	b = a;
+	b.k = NULL;
+	REJECT(&l, 0, &b);
+	b = a;
+	b.scales = scales;			/* no static scales here */
+	REJECT(&lt, 0, &b);
+	REJECT(&lc, 0, &a);			/* static scales missing */
+	b = a;
+	b.scales = scales;
+	for (int i = 0; i < 4; i++) {
+		static const float bad[] = { 0.0f, -1.0f, NAN, INFINITY };
+
+		scales[2 * RC_HEADS * RC_HD - 1] = bad[i];
+		REJECT(&lc, 0, &b);
+	}
+	scales[2 * RC_HEADS * RC_HD - 1] = 1.0f;
+	/* the last token's block id does not fit a kv_block_t: the first
+	 * tokens are not written either */
+	slots[RC_TOKENS - 1] = (int64_t)RC_BT << 32;
+	REJECT(&l, 0, &a);
+	slots[RC_TOKENS - 1] = rc_slots[RC_TOKENS - 1];
+	bad_l = l;
+	bad_l.v_off += 16;			/* not what kv_layout_init made */
+	REJECT(&bad_l, 0, &a);
+	/* and the good call */
+	assert_int_equal(kv_ref_reshape_and_cache(&lc, pool, 0, &b), 0);
+	b.num_tokens = 0;
+	b.k = b.v = NULL;
+	b.slot_mapping = NULL;
+	assert_int_equal(kv_ref_reshape_and_cache(&lc, pool, 0, &b), 0);
+#undef REJECT
+}
+
+/* ---- decode arguments -------------------------------------------------- */
+
+#define DA_BLOCKS	6
+
+static void test_decode_rejects(void **state)
+{
+	struct kv_layout l;
+	static uint8_t pool[DA_BLOCKS * 1024];
+	float q[2 * 4 * 16], out[2 * 4 * 16], before[2 * 4 * 16];
+	uint32_t tables[2][3] = { { 1, 2, 0xffffffff }, { 4, 0xffffffff, 7 } };
+	uint32_t lens[2] = { 5, 3 };
+	struct kv_decode_args a = {
+		.q = q, .out = out, .q_dtype = KV_DTYPE_FP32, .num_seqs = 2,
+		.num_heads = 4, .max_blocks_per_seq = 3,
+		.block_tables = &tables[0][0], .context_lens = lens,
+		.scale = 0.25f,
+	}, b;
+	uint64_t pb;
+
+	(void)state;
+	assert_int_equal(t_layout(&l, 2, 2, 16, 4, KV_DTYPE_FP16, 0), 0);
+	pb = DA_BLOCKS * l.block_bytes;
+	assert_true(pb <= sizeof(pool));
+	memset(pool, 0, sizeof(pool));
+	for (size_t i = 0; i < sizeof(q) / sizeof(q[0]); i++)
+		q[i] = (float)i / 64;
+	memset(out, 0x7f, sizeof(out));
+	memcpy(before, out, sizeof(out));
+#define REJECT(lay, bytes, lr, args) do {				\
+		assert_int_equal(kv_ref_paged_attention_decode(lay, pool, \
+					bytes, lr, args), -EINVAL);	\
+		assert_memory_equal(out, before, sizeof(out));		\
+	} while (0)
+	REJECT(NULL, pb, 0, &a);
+	REJECT(&l, pb, 0, NULL);
+	REJECT(&l, pb, 2, &a);
+	assert_int_equal(kv_ref_paged_attention_decode(&l, NULL, pb, 0, &a),
+			 -EINVAL);
+	b = a;
+	b.num_heads = 3;			/* not a multiple of kv_heads */
+	REJECT(&l, pb, 0, &b);
+	b.num_heads = 0;
+	REJECT(&l, pb, 0, &b);
+	b = a;
+	b.q_dtype = KV_DTYPE_FP8_E4M3;
+	REJECT(&l, pb, 0, &b);
+	b = a;
+	b.partition_tokens = 6;			/* not a multiple of 4 */
+	REJECT(&l, pb, 0, &b);
+	b.partition_tokens = 8196;		/* above the largest, 8192 */
+	REJECT(&l, pb, 0, &b);
+	b = a;
+	b.scale = NAN;
+	REJECT(&l, pb, 0, &b);
+	b.scale = INFINITY;
+	REJECT(&l, pb, 0, &b);
+	b = a;
+	b.q = NULL;
+	REJECT(&l, pb, 0, &b);
+	b = a;
+	b.context_lens = NULL;
+	REJECT(&l, pb, 0, &b);
+	b = a;
+	b.block_tables = NULL;
+	REJECT(&l, pb, 0, &b);
+	/* the last sequence is bad: the first is not written either */
+	lens[1] = 13;				/* > 3 blocks of 4 */
+	REJECT(&l, pb, 0, &a);
+	lens[1] = 3;
+	tables[1][0] = DA_BLOCKS;		/* past the pool */
+	REJECT(&l, pb, 0, &a);
+	tables[1][0] = DA_BLOCKS - 1;		/* ends where the pool ends */
+	REJECT(&l, pb - 1, 0, &a);
+	assert_int_equal(kv_ref_paged_attention_decode(&l, pool, pb, 0, &a), 0);
+	b = a;
+	b.partition_tokens = 8192;
+	assert_int_equal(kv_ref_paged_attention_decode(&l, pool, pb, 0, &b), 0);
+	/* context 0: zeros, the table not read */
+	lens[0] = lens[1] = 0;
+	tables[0][0] = tables[1][0] = 0xffffffff;
+	memset(out, 0x7f, sizeof(out));
+	assert_int_equal(kv_ref_paged_attention_decode(&l, pool, pb, 0, &a), 0);
+	for (size_t i = 0; i < sizeof(out) / sizeof(out[0]); i++)
+		assert_true(out[i] == 0.0f);
+	b = a;
+	b.num_seqs = 0;
+	assert_int_equal(kv_ref_paged_attention_decode(&l, pool, pb, 0, &b), 0);
+#undef REJECT
+}
+
+/* ---- a pool above 4 GiB ------------------------------------------------ */
+
+/*
+ * Block ids above 2^24 whose bytes lie beyond 4 GiB, in a sparse mapping
+ * (MAP_NORESERVE: only the pages touched are backed). head_dim 8 and 256
+ * tokens a block make slot ids above 2^32 too; with 32-bit arithmetic
+ * block HI and its slots would alias block 7.
+ */
+#define HI_ID		((1u << 24) + 7)
+#define HI_LO_ID	7u
+#define HI_CTX		(256 + 100)
+
+static void hi_check(uint32_t dtype, uint32_t quant, uint8_t *pool,
+		     uint64_t pool_bytes, struct t_rng *rng)
+{
+	struct kv_layout l;
+	float k[HI_CTX * 8], v[HI_CTX * 8], q[2 * 8], out[2 * 8];
+	float kh[HI_CTX * 8], vh[HI_CTX * 8], scales[16];
+	int64_t slots[HI_CTX];
+	uint32_t table[2] = { HI_ID, HI_LO_ID }, ctx = HI_CTX;
+	struct kv_cache_args c = {
+		.k = k, .v = v, .src_dtype = KV_DTYPE_FP32, .slot_mapping = slots,
+	};
+	struct kv_decode_args a = {
+		.q = q, .out = out, .q_dtype = KV_DTYPE_FP32, .num_seqs = 1,
+		.num_heads = 2, .max_blocks_per_seq = 2, .block_tables = table,
+		.context_lens = &ctx, .scale = 0.35f,
+	};
+	struct kv_block_copy cp = { HI_ID, HI_ID + 1 };
+	double ref[8];
+
+	assert_int_equal(t_layout(&l, 1, 1, 8, 256, dtype, quant), 0);
+	assert_true((uint64_t)HI_ID * l.block_bytes > (1ull << 32));
+	assert_true((uint64_t)(HI_ID + 2) * l.block_bytes <= pool_bytes);
+	for (uint32_t i = 0; i < HI_CTX * 8; i++) {
+		k[i] = t_gauss(rng);
+		v[i] = t_gauss(rng);
+	}
+	for (uint32_t i = 0; i < 16; i++)
+		scales[i] = 6.0f / 127;
+	if (quant == KV_QUANT_CHANNEL)
+		c.scales = scales;
+	for (uint32_t t = 0; t < HI_CTX; t++)
+		slots[t] = (int64_t)table[t / 256] * 256 + t % 256;
+	assert_true(slots[0] > (int64_t)UINT32_MAX);
+	/* the low block first: then the high one must not overwrite it */
+	c.k = k + 256 * 8;
+	c.v = v + 256 * 8;
+	c.slot_mapping = slots + 256;
+	c.num_tokens = HI_CTX - 256;
+	assert_int_equal(kv_ref_reshape_and_cache(&l, pool, 0, &c), 0);
+	c.k = k;
+	c.v = v;
+	c.slot_mapping = slots;
+	c.num_tokens = 256;
+	assert_int_equal(kv_ref_reshape_and_cache(&l, pool, 0, &c), 0);
+	for (uint32_t t = 0; t < HI_CTX; t++) {
+		t_read_row(&l, pool, table[t / 256], 0, 0, 0, t % 256, kh + t * 8);
+		t_read_row(&l, pool, table[t / 256], 0, 1, 0, t % 256, vh + t * 8);
+		for (uint32_t d = 0; d < 8; d++) {
+			double x = k[t * 8 + d], e = fabs(kh[t * 8 + d] - x);
+
+			if (dtype == KV_DTYPE_INT8)
+				assert_true(e <= 3.0 / 127 * 1.0001);
+			else
+				assert_true(e <= (quant ? fabs(x) / 16 + 1e-4 : 0));
+		}
+	}
+	for (uint32_t i = 0; i < 16; i++)
+		q[i] = t_gauss(rng);
+	assert_int_equal(kv_ref_paged_attention_decode(&l, pool, pool_bytes, 0,
+						       &a), 0);
+	for (uint32_t h = 0; h < 2; h++) {
+		t_attention(q + h * 8, kh, vh, HI_CTX, 8, 8, 0.35, ref);
+		for (uint32_t d = 0; d < 8; d++)
+			assert_true(fabs(out[h * 8 + d] - ref[d]) <= 1e-5);
+	}
+	/* the last byte of the highest block is still inside the pool */
+	table[0] = (uint32_t)(pool_bytes / l.block_bytes) - 1;
+	assert_int_equal(kv_ref_paged_attention_decode(&l, pool,
+			 (uint64_t)(table[0] + 1) * l.block_bytes, 0, &a), 0);
+	assert_int_equal(kv_ref_paged_attention_decode(&l, pool,
+			 (uint64_t)(table[0] + 1) * l.block_bytes - 1, 0, &a),
+			 -EINVAL);
+	assert_int_equal(kv_ref_copy_blocks(pool, l.block_bytes, &cp, 1), 0);
+	assert_memory_equal(pool + (uint64_t)HI_ID * l.block_bytes,
+			    pool + (uint64_t)(HI_ID + 1) * l.block_bytes,
+			    l.block_bytes);
+}
+
+static void test_offsets_above_4gib(void **state)
+{
+	uint64_t bytes = (uint64_t)(HI_ID + 2) * 16384;	/* 256 GiB */
+	struct t_rng rng = { 4 };
+	uint8_t *pool;
+
+	(void)state;
+	pool = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (pool == MAP_FAILED) {
+		printf("no sparse mapping of %llu bytes: %s\n",
+		       (unsigned long long)bytes, strerror(errno));
+		skip();
+	}
+	hi_check(KV_DTYPE_FP32, KV_QUANT_NONE, pool, bytes, &rng);
+	hi_check(KV_DTYPE_FP8_E4M3, KV_QUANT_TOKEN, pool, bytes, &rng);
+	hi_check(KV_DTYPE_INT8, KV_QUANT_CHANNEL, pool, bytes, &rng);
+	munmap(pool, bytes);
 }
 
 int main(void)
@@ -53,6 +1060,22 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_copy_blocks_copies_pairs),
 		cmocka_unit_test(test_copy_blocks_rejects_bad_input),
+		cmocka_unit_test(test_fp8_every_code),
+		cmocka_unit_test(test_fp8_nearest_even_saturating),
+		cmocka_unit_test(test_half_every_code),
+		cmocka_unit_test(test_half_nearest_even),
+		cmocka_unit_test(test_bf16_every_code_and_nearest_even),
+		cmocka_unit_test(test_layout_offsets),
+		cmocka_unit_test(test_layout_rejects),
+		cmocka_unit_test(test_workspace_bytes),
+		cmocka_unit_test_setup_teardown(test_scales_load,
+						scales_setup, scales_teardown),
+		cmocka_unit_test_setup_teardown(test_scales_load_errors,
+						scales_setup, scales_teardown),
+		cmocka_unit_test(test_reshape_and_cache_round_trip),
+		cmocka_unit_test(test_reshape_and_cache_rejects),
+		cmocka_unit_test(test_decode_rejects),
+		cmocka_unit_test(test_offsets_above_4gib),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
