@@ -202,8 +202,8 @@ static bool printable(const char *s)
 }
 
 /* Check a HELLO: returns 0 or -errno with *why set. */
-static int hello_check(struct kvd *d, const struct kv_hello *h, int len,
-		       const char **why)
+int kvd_hello_check(struct kvd *d, const struct kv_hello *h, int len,
+		    const char **why)
 {
 	if (len != (int)sizeof(*h) || h->magic != KV_MAGIC ||
 	    h->type != KV_MSG_HELLO || h->size != sizeof(*h)) {
@@ -324,7 +324,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	int fds[3], err;
 	char msg[KV_ERRMSG_MAX];
 
-	err = hello_check(d, h, len, &why);
+	err = kvd_hello_check(d, h, len, &why);
 	if (!err) {
 		err = kvd_tenant_of(d, c->uid, c->gid, c->groups, c->nr_groups,
 				    &why);

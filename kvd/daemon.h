@@ -200,6 +200,9 @@ void kvd_client_doorbell_done(struct kvd *d, struct kvd_client *c, int res);
 void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why);
 void kvd_client_put_op(struct kvd *d, struct kvd_client *c);
 void kvd_clients_tick(struct kvd *d);
+/* Check a HELLO datagram of @len bytes: 0, or -errno with *why set. */
+int kvd_hello_check(struct kvd *d, const struct kv_hello *h, int len,
+		    const char **why);
 
 /* ring.c */
 int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
