@@ -77,6 +77,11 @@ struct kvd_client {
 	const char	*doomed;	/* to be disconnected after this pass */
 	bool		ext_behind;	/* extents still to send (socket full) */
 	uint64_t	ext_epoch;	/* d->ext_epoch when last brought up to date */
+	/* an SQE with KV_SQE_WAIT waiting for blocks (ring.c) */
+	bool		waiting;
+	struct kv_sqe	wait_sqe;
+	uint64_t	wait_deadline_ns;
+	uint64_t	wait_frees;	/* pool->frees when last tried */
 	/* a CQE held back until the client has the extents it may name */
 	bool		cqe_deferred;
 	int32_t		def_res;

@@ -364,6 +364,7 @@ static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 /* Ref 0 and not cached: back on its slab's free list. */
 void __kvd_block_free(struct kvd_ns *ns, uint32_t id)
 {
+	ns->pool->frees++;
 	struct kvd_block *b = &ns->blocks[id];
 	struct kvd_slab *slab = &ns->slabs[b->slab];
 

@@ -15,6 +15,7 @@ struct kvd_op_def {
 	uint32_t	elem;		/* off/nr name an array of elem-byte
 					 * entries, 4-byte ids or 40-byte commits */
 	uint32_t	args;		/* how many of args[] the op reads */
+	bool		waits;		/* KV_SQE_WAIT allowed (args[3]: ms) */
 	int		(*issue)(struct kvd *d, struct kvd_client *c,
 				 const struct kv_sqe *sqe);
 };
@@ -213,17 +214,19 @@ static int op_stats(struct kvd *d, struct kvd_client *c,
 
 static const struct kvd_op_def kvd_op_defs[KV_OP__MAX] = {
 	[KV_OP_NOP]	= { .name = "NOP",	.issue = op_nop },
-	[KV_OP_ALLOC]	= { .name = "ALLOC",	.elem = 4, .issue = op_alloc },
+	[KV_OP_ALLOC]	= { .name = "ALLOC",	.elem = 4, .waits = true,
+			    .issue = op_alloc },
 	[KV_OP_RELEASE]	= { .name = "RELEASE",	.elem = 4, .issue = op_release },
 	[KV_OP_REF]	= { .name = "REF",	.elem = 4, .issue = op_ref },
 	[KV_OP_STATS]	= { .name = "STATS",	.issue = op_stats },
 	[KV_OP_LOOKUP]	= { .name = "LOOKUP",	.elem = 16, .args = 1,
 			    .issue = op_lookup },
 	[KV_OP_ALLOC_PREFIX] = { .name = "ALLOC_PREFIX", .elem = 4, .args = 2,
-			    .issue = op_alloc_prefix },
+			    .waits = true, .issue = op_alloc_prefix },
 	[KV_OP_COMMIT]	= { .name = "COMMIT",	.elem = sizeof(struct kv_commit),
 			    .issue = op_commit },
-	[KV_OP_COW]	= { .name = "COW",	.elem = 4, .issue = op_cow },
+	[KV_OP_COW]	= { .name = "COW",	.elem = 4, .waits = true,
+			    .issue = op_cow },
 };
 
 int kvd_op_issue(struct kvd *d, struct kvd_client *c,
@@ -235,12 +238,17 @@ int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 	if (sqe->opcode >= KV_OP__MAX)
 		return -EOPNOTSUPP;
 	def = &kvd_op_defs[sqe->opcode];
-	if (sqe->flags)
-		return -EINVAL;
 	if (sqe->resv0 || sqe->resv1 || sqe->resv2)
 		return -EINVAL;
+	if (sqe->flags & ~KV_SQE_WAIT)
+		return -EINVAL;
+	if (sqe->flags & KV_SQE_WAIT) {
+		if (!def->waits || !sqe->args[3] ||
+		    sqe->args[3] > KV_WAIT_MAX_MS)
+			return -EINVAL;
+	}
 	for (uint32_t i = def->args; i < ARRAY_SIZE(sqe->args); i++)
-		if (sqe->args[i])
+		if (sqe->args[i] && !(i == 3 && (sqe->flags & KV_SQE_WAIT)))
 			return -EINVAL;
 	if (def->elem) {
 		if (!sqe->nr)

@@ -147,6 +147,7 @@ static void lru_del(struct kvd_ns *ns, uint32_t id)
 /* A committed block's last ref went: it stays, cached, at the MRU end. */
 void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id)
 {
+	ns->pool->frees++;	/* evictable now: a waiting ALLOC may use it */
 	struct kvd_block *b = &ns->blocks[id];
 
 	b->state = KVD_BLOCK_CACHED;

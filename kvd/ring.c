@@ -98,6 +98,10 @@ int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
 	c->sq_head = 0;
 	c->cq_tail = 0;
 	c->cq_stalled = false;
+	c->waiting = false;
+	c->cqe_deferred = false;
+	c->ext_behind = false;
+	c->ext_epoch = 0;
 	return 0;
 
 err_close:
@@ -145,6 +149,60 @@ static void post_cqe(struct kvd_client *c, uint64_t user_data, int res)
 	c->cq_tail++;
 }
 
+/* A KV_SQE_WAIT request the pool could not serve yet waits (ring.c). */
+static bool must_wait(const struct kv_sqe *sqe, int res)
+{
+	return (sqe->flags & KV_SQE_WAIT) && (res == -ENOSPC || res == -EDQUOT);
+}
+
+static void park(struct kvd *d, struct kvd_client *c,
+		 const struct kv_sqe *sqe)
+{
+	c->waiting = true;
+	c->wait_sqe = *sqe;
+	c->wait_deadline_ns = kvd_now_ns() + sqe->args[3] * 1000000ULL;
+	c->wait_frees = d->pool.frees;
+}
+
+/*
+ * The completion of @sqe with @res, unless the client lacks extents it
+ * may name: then it is held back (serving stops). False when held back.
+ */
+static bool complete(struct kvd *d, struct kvd_client *c,
+		     const struct kv_sqe *sqe, int res)
+{
+	if (!kvd_extents_current(d, c)) {
+		c->cqe_deferred = true;
+		c->def_user_data = sqe->user_data;
+		c->def_res = res;
+		return false;
+	}
+	post_cqe(c, sqe->user_data, res);
+	return true;
+}
+
+/*
+ * A waiting request: tried again once blocks were freed or cached since
+ * the last try (a try that fails may evict), answered -ETIMEDOUT at its
+ * deadline (seen by the 250 ms tick at the latest). Returns 1 when it
+ * completed (CQE posted), 0 still waiting, -1 completion held back.
+ */
+static int retry_waiting(struct kvd *d, struct kvd_client *c)
+{
+	int res = -ETIMEDOUT;
+
+	if (kvd_now_ns() < c->wait_deadline_ns) {
+		if (d->pool.frees == c->wait_frees)
+			return 0;
+		c->wait_frees = d->pool.frees;
+		res = kvd_op_issue(d, c, &c->wait_sqe);
+		if (must_wait(&c->wait_sqe, res))
+			return 0;
+	}
+	c->waiting = false;
+	return complete(d, c, &c->wait_sqe, res) ? 1 : -1;
+}
+
 /*
  * kvd_ring_process - serve SQEs of @c until @budget units of work are
  * spent (an SQE of n ids costs 1 + n / 1024). Returns the number served,
@@ -152,11 +210,13 @@ static void post_cqe(struct kvd_client *c, uint64_t user_data, int res)
  * disconnects it). Stops early, leaving SQEs queued, when the CQ is full:
  * no completion is ever dropped. A completion is posted only once the
  * client has been sent every extent it may name (extent.c); until then
- * it is held back (one at most: serving stops there).
+ * it is held back (one at most: serving stops there). A KV_SQE_WAIT
+ * request short of blocks parks the ring until it can be served.
  */
 int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 {
 	uint32_t head = c->sq_head, tail, done = 0, posted = 0, work = 0;
+	int r;
 
 	/* D1: pairs with the client's release of sq_tail (C1). */
 	tail = kv_smp_load_acquire(c->sq_ktail);
@@ -175,6 +235,12 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		c->cqe_deferred = false;
 		posted++;
 	}
+	if (c->waiting) {
+		r = retry_waiting(d, c);
+		if (r <= 0)
+			goto out;
+		posted++;
+	}
 	/* Budget in work, not SQEs: an SQE of n ids costs 1 + n / 1024. */
 	while (head != tail && work < budget) {
 		struct kv_sqe sqe;
@@ -189,15 +255,15 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		done++;
 		work += 1 + sqe.nr / 1024;
 		res = kvd_op_issue(d, c, &sqe);
-		if (!kvd_extents_current(d, c)) {
-			c->cqe_deferred = true;
-			c->def_user_data = sqe.user_data;
-			c->def_res = res;
+		if (must_wait(&sqe, res)) {
+			park(d, c, &sqe);
 			break;
 		}
-		post_cqe(c, sqe.user_data, res);
+		if (!complete(d, c, &sqe, res))
+			break;
 		posted++;
 	}
+out:
 	if (done) {
 		c->sq_head = head;
 		c->ops += done;
@@ -242,6 +308,10 @@ bool kvd_ring_prepare_sleep(struct kvd_client *c)
 	kv_smp_mb();	/* pairs with C5 */
 	tail = kv_smp_load_acquire(c->sq_ktail);
 	if (tail == c->sq_head)
+		return false;
+	/* Parked (waiting for blocks or extents): frees, the client and
+	 * the tick wake kvd, not SQEs queued behind. */
+	if (c->waiting || c->cqe_deferred)
 		return false;
 	if (c->cq_stalled && !cq_has_room(c))
 		return false;

@@ -68,7 +68,8 @@ int kv_nop(struct kv_client *c)
 	return __kv_sync_op(c, &sqe);
 }
 
-int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids)
+static int alloc(struct kv_client *c, unsigned nr, kv_block_t *ids,
+		 uint32_t timeout_ms)
 {
 	struct kv_sqe sqe = { 0 };
 	int ret = ids_fit(c, ids, nr);
@@ -76,10 +77,25 @@ int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids)
 	if (ret)
 		return ret;
 	kv_prep_alloc(&sqe, nr, 0);
+	if (timeout_ms && kv_sqe_set_wait(&sqe, timeout_ms))
+		return -EINVAL;
 	ret = __kv_sync_op(c, &sqe);
 	if (ret > 0)
 		memcpy(ids, c->data, (size_t)ret * sizeof(kv_block_t));
 	return ret;
+}
+
+int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids)
+{
+	return alloc(c, nr, ids, 0);
+}
+
+int kv_alloc_wait(struct kv_client *c, unsigned nr, kv_block_t *ids,
+		  uint32_t timeout_ms)
+{
+	if (!timeout_ms || timeout_ms > KV_WAIT_MAX_MS)
+		return -EINVAL;
+	return alloc(c, nr, ids, timeout_ms);
 }
 
 static int ids_op(struct kv_client *c, const kv_block_t *ids, unsigned nr,

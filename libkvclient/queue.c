@@ -259,6 +259,18 @@ void kv_prep_ref(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
 	sqe->off = ids_off;
 }
 
+int kv_sqe_set_wait(struct kv_sqe *sqe, uint32_t timeout_ms)
+{
+	if (!sqe || !timeout_ms || timeout_ms > KV_WAIT_MAX_MS)
+		return -EINVAL;
+	if (sqe->opcode != KV_OP_ALLOC && sqe->opcode != KV_OP_ALLOC_PREFIX &&
+	    sqe->opcode != KV_OP_COW)
+		return -EINVAL;
+	sqe->flags |= KV_SQE_WAIT;
+	sqe->args[3] = timeout_ms;
+	return 0;
+}
+
 void kv_prep_cow(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
 {
 	sqe->opcode = KV_OP_COW;

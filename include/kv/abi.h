@@ -257,7 +257,7 @@ struct kv_commit {
  */
 struct kv_sqe {
 	__u8	opcode;		/* enum kv_op */
-	__u8	flags;		/* none defined yet; must be zero */
+	__u8	flags;		/* KV_SQE_*; others must be zero */
 	__u16	resv0;
 	__u32	nr;		/* number of ids (ALLOC, RELEASE, REF) or bytes (STATS) */
 	__u32	off;		/* byte offset into the data area, 4-byte aligned */
@@ -266,6 +266,15 @@ struct kv_sqe {
 	__u64	args[4];	/* op-specific; zero for the ops above */
 	__u64	resv2;
 };
+
+/*
+ * KV_SQE_WAIT: ALLOC, ALLOC_PREFIX and COW wait, when the pool is short,
+ * up to args[3] milliseconds (1..3600000) for blocks to be freed instead
+ * of failing at once; then -ETIMEDOUT. Later SQEs of the ring wait
+ * behind it (the ring is ordered); other clients are served meanwhile.
+ */
+#define KV_SQE_WAIT		(1U << 0)
+#define KV_WAIT_MAX_MS		3600000
 
 /* Completion entry, 16 bytes. res: count (ids, bytes) or -errno. */
 struct kv_cqe {

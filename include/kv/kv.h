@@ -164,6 +164,14 @@ void kv_prep_stats(struct kv_sqe *sqe, uint32_t stats_off);
  */
 void kv_prep_cow(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
 void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data);
+/*
+ * kv_sqe_set_wait - let a prepared ALLOC, ALLOC_PREFIX or COW wait up to
+ * @timeout_ms (1..3600000) for blocks when the pool (or the quota) is
+ * short, instead of failing with -ENOSPC (-EDQUOT) at once; it then
+ * completes with -ETIMEDOUT. Later SQEs of this ring wait behind it.
+ * Returns 0, or -EINVAL for another opcode or a timeout out of range.
+ */
+int kv_sqe_set_wait(struct kv_sqe *sqe, uint32_t timeout_ms);
 
 /*
  * Synchronous wrappers: one round trip each, using the start of the data
@@ -176,6 +184,13 @@ void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data);
  */
 int kv_nop(struct kv_client *c);
 int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids);
+/*
+ * kv_alloc_wait - kv_alloc that waits up to @timeout_ms (1..3600000) for
+ * blocks to be freed when the pool is short; -ETIMEDOUT when none came
+ * in time (kvd checks deadlines every 250 ms). Errors as kv_alloc.
+ */
+int kv_alloc_wait(struct kv_client *c, unsigned nr, kv_block_t *ids,
+		  uint32_t timeout_ms);
 int kv_release(struct kv_client *c, const kv_block_t *ids, unsigned nr);
 int kv_ref(struct kv_client *c, const kv_block_t *ids, unsigned nr);
 int kv_stats(struct kv_client *c, struct kv_stats *st);
