@@ -35,6 +35,8 @@ struct kv_client {
 	int		backend;
 	unsigned	block_tokens;	/* from the geometry: for kv_seq */
 	int		hash_algo;
+	uint64_t	spin_ns;	/* poll window before sleeping (queue.c) */
+	uint64_t	syscalls;	/* system calls made for this client */
 
 	uint32_t	*sq_khead, *sq_ktail, *sq_kflags;
 	uint32_t	*cq_khead, *cq_ktail, *cq_kflags;

@@ -244,6 +244,8 @@ static int check_params(const struct kv_connect_params *p)
 		return -EINVAL;
 	if (p->hash_algo != KV_HASH_XXH3_128 && p->hash_algo != KV_HASH_SHA256)
 		return -EINVAL;
+	if (p->spin_us > KV_MAX_SPIN_US)
+		return -EINVAL;
 	return 0;
 }
 
@@ -309,6 +311,8 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->ns_id = w.ns_id;
 	c->block_tokens = p->geom.block_tokens;
 	c->hash_algo = p->hash_algo;
+	c->spin_ns = p->spin_us < 0 ? 0 : (uint64_t)(p->spin_us ? p->spin_us :
+				KV_DEFAULT_SPIN_US) * 1000;
 	*out = c;
 	return 0;
 
@@ -456,6 +460,7 @@ int __kv_recv_extents(struct kv_client *c)
 		ssize_t r;
 		int fd = -1, ret;
 
+		c->syscalls++;
 		r = recvmsg(c->sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (r < 0)
 			return errno == EAGAIN ? n : -errno;
@@ -499,6 +504,11 @@ void *kv_data_ptr(const struct kv_client *c, uint32_t off, uint32_t len)
 	if (!c || (uint64_t)off + len > c->data_bytes)
 		return NULL;
 	return c->data + off;
+}
+
+uint64_t kv_syscalls(const struct kv_client *c)
+{
+	return c ? c->syscalls : 0;
 }
 
 uint32_t kv_data_bytes(const struct kv_client *c)

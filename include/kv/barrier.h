@@ -27,4 +27,13 @@
 #define kv_atomic_or(p, v)	__atomic_fetch_or((p), (v), __ATOMIC_RELAXED)
 #define kv_atomic_andnot(p, v)	__atomic_fetch_and((p), ~(v), __ATOMIC_RELAXED)
 
+/* Busy-wait hint: lets the sibling hyperthread (or the host) run. */
+#if defined(__x86_64__) || defined(__i386__)
+#define kv_cpu_relax()		__builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define kv_cpu_relax()		__asm__ __volatile__("yield" ::: "memory")
+#else
+#define kv_cpu_relax()		__asm__ __volatile__("" ::: "memory")
+#endif
+
 #endif /* KV_BARRIER_H */

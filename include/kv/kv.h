@@ -45,7 +45,14 @@ struct kv_connect_params {
 	char		*errbuf;	/* optional: kvd's reason when it refuses */
 	size_t		errbuf_len;
 	int		hash_algo;	/* enum kv_hash_algo for kv_seq; 0: XXH3-128 */
+	int		spin_us;	/* waiting for a CQE: poll the ring this
+					 * long before sleeping on the eventfd
+					 * (0: KV_DEFAULT_SPIN_US; < 0: never) */
 };
+
+/* Default spin window of a waiting client, in microseconds. */
+#define KV_DEFAULT_SPIN_US	50
+#define KV_MAX_SPIN_US		100000
 
 /* What kv_pool_info() reports about the mapped pool. */
 struct kv_pool_info {
@@ -119,6 +126,14 @@ int kv_set_stream(struct kv_client *c, void *stream);
  */
 void *kv_data_ptr(const struct kv_client *c, uint32_t off, uint32_t len);
 uint32_t kv_data_bytes(const struct kv_client *c);
+
+/*
+ * kv_syscalls - how many system calls libkvclient has made for @c since
+ * kv_connect (doorbell writes, polls, eventfd reads, yields while
+ * spinning, reads of extent messages), for measuring the per-request
+ * cost; 0 for NULL. Not counted: the connection's set-up.
+ */
+uint64_t kv_syscalls(const struct kv_client *c);
 
 /*
  * Asynchronous interface, as liburing's: take SQEs with kv_get_sqe (NULL
