@@ -629,6 +629,10 @@ static const struct conf_key global_keys[] = {
 	  .has = offsetof(struct kvd_conf, has_user) },
 	GLOBAL("max_clients", set_u32, max_clients, 1, MAX_LIMIT),
 	GLOBAL("max_namespaces", set_u32, max_namespaces, 1, MAX_LIMIT),
+	GLOBAL("max_ring_entries", set_u32, max_ring_entries, 1,
+	       KV_MAX_SQ_ENTRIES),
+	GLOBAL("max_client_blocks", set_u32, max_client_blocks, 1,
+	       1U << 30),	/* KVD_REF_MAX */
 	GLOBAL("hugepages", set_bool, hugepages, 0, 0),
 };
 

@@ -79,6 +79,10 @@ struct kvd_conf {
 	bool		has_max_clients;
 	uint32_t	max_namespaces;	/* 1..1024 */
 	bool		has_max_namespaces;
+	uint32_t	max_ring_entries;	/* SQ entries a client may ask, 1..4096 */
+	bool		has_max_ring_entries;
+	uint32_t	max_client_blocks;	/* refs one client may hold */
+	bool		has_max_client_blocks;
 	bool		hugepages;
 	bool		has_hugepages;
 

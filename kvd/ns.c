@@ -506,6 +506,7 @@ void kvd_holder_init(struct kvd_holder *h, uint32_t slot)
 	h->head = KVD_NIL;
 	h->nr_blocks = 0;
 	h->nr_refs = 0;
+	h->max_refs = 0;
 }
 
 /* ---- operations ---- */
@@ -552,6 +553,8 @@ int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		return -E2BIG;
 	if (ns->holds.cap - ns->holds.nr < nr)
 		return -ENOMEM;
+	if (!kvd_holder_room(hr, nr))
+		return -EDQUOT;
 	return __kvd_ns_alloc_ids(ns, hr, ids, nr);
 }
 
@@ -680,6 +683,8 @@ int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *hr, const uint32_t *ids,
 		if (ns->blocks[ids[i]].ref > KVD_REF_MAX - nr)
 			return -EOVERFLOW;
 	}
+	if (!kvd_holder_room(hr, nr))
+		return -EDQUOT;
 	for (i = 0; i < nr; i++) {
 		hs->nodes[hold_find(hs, hr->slot, ids[i])].count++;
 		ns->blocks[ids[i]].ref++;

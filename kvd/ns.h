@@ -90,7 +90,14 @@ struct kvd_holder {
 	uint32_t	head;		/* first hold, KVD_NIL if none */
 	uint32_t	nr_blocks;	/* distinct blocks */
 	uint32_t	nr_refs;
+	uint32_t	max_refs;	/* most refs it may hold, 0: no limit */
 };
+
+/* May @hr take @n more refs? (max_client_blocks in kvd.conf) */
+static inline bool kvd_holder_room(const struct kvd_holder *hr, uint32_t n)
+{
+	return !hr->max_refs || (uint64_t)hr->nr_refs + n <= hr->max_refs;
+}
 
 struct kvd_ns {
 	bool		live;

@@ -264,8 +264,10 @@ int kvd_prefix_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
 		struct kv_hash key = key_of(ns, &hashes[h]);
 		uint32_t id = index_find(ns, &key);
 
-		if (id == KVD_NIL || __kvd_hold_get(ns, hr, id))
-			break;	/* a miss, or a block at KVD_REF_MAX refs */
+		/* a miss, the client's limit, or a block at KVD_REF_MAX */
+		if (id == KVD_NIL || !kvd_holder_room(hr, 1) ||
+		    __kvd_hold_get(ns, hr, id))
+			break;
 		ids[h] = id;
 	}
 	ns->hit_blocks += h;
@@ -288,6 +290,8 @@ int kvd_prefix_alloc(struct kvd_ns *ns, struct kvd_holder *hr,
 		return -E2BIG;
 	if (ns->holds.cap - ns->holds.nr < nr)
 		return -ENOMEM;
+	if (!kvd_holder_room(hr, nr))
+		return -EDQUOT;
 	h = kvd_prefix_lookup(ns, hr, hashes, n_hashes, ids);
 	if (h < 0 || (uint32_t)h == nr)
 		return h;

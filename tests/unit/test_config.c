@@ -298,6 +298,9 @@ static void test_config_values(void **state)
 	assert_true(t->conf.has_device && t->conf.has_export_kind);
 	assert_int_equal(t->conf.device, 3);
 	assert_int_equal(t->conf.export_kind, KV_EXPORT_LEGACY);
+	t_load_ok(t, "max_ring_entries = 64\nmax_client_blocks = 100000\n");
+	assert_int_equal(t->conf.max_ring_entries, 64);
+	assert_int_equal(t->conf.max_client_blocks, 100000);
 	t_load_ok(t, "export = vmm\n");
 	assert_int_equal(t->conf.export_kind, KV_EXPORT_VMM);
 	assert_false(t->conf.has_device);
@@ -413,6 +416,8 @@ static const struct bad_case bad_cases[] = {
 	{ "pool_size = 99999999999999999999999\n", 1, "pool_size: '99999999999999999999999' is not a size" },
 	{ "backend = gpu\n", 1, "backend: unknown backend 'gpu' (host, cuda or auto)" },
 	{ "export = ipc\n", 1, "export: unknown export 'ipc' (vmm or legacy)" },
+	{ "max_ring_entries = 8192\n", 1, "max_ring_entries: '8192' is not a number from 1 to 4096" },
+	{ "max_client_blocks = 0\n", 1, "max_client_blocks: '0' is not a number from 1 to 1073741824" },
 	{ "device = 256\n", 1, "device: '256' is not a number from 0 to 255" },
 	{ "backend = HOST\n", 1, "backend: unknown backend 'HOST'" },
 	{ "socket = run/kvd.sock\n", 1, "socket: 'run/kvd.sock' is not an absolute path" },
