@@ -157,7 +157,8 @@ static int64_t now_ns(void)
  * sched_yield() so that on a small machine kvd and other engines still
  * get the CPU. Also reads extents kvd holds a completion back for.
  */
-static bool spin_for_cqe(struct kv_client *c, int64_t deadline)
+static bool spin_for_cqe(struct kv_client *c, unsigned want,
+			 int64_t deadline)
 {
 	int64_t t0, end;
 
@@ -168,7 +169,7 @@ static bool spin_for_cqe(struct kv_client *c, int64_t deadline)
 	if (deadline >= 0 && deadline < end)
 		end = deadline;
 	for (unsigned i = 1;; i++) {
-		if (cq_ready(c))
+		if (cq_ready(c) >= want)
 			return true;
 		if (i < 128) {
 			kv_cpu_relax();
@@ -179,33 +180,38 @@ static bool spin_for_cqe(struct kv_client *c, int64_t deadline)
 		if (!(i & 31)) {
 			__kv_extents_pending(c);
 			if (c->dead || now_ns() >= end)
-				return cq_ready(c);
+				return cq_ready(c) >= want;
 		}
 	}
 }
 
 /*
- * Wait until a CQE is ready, kvd goes away (-ECONNRESET) or timeout_ns
- * passes (-ETIME; < 0 waits for ever): spin first, then sleep. C6: set
- * KV_CQ_NEED_WAKEUP, full barrier, look again, and only then block.
+ * Wait until @want CQEs are ready, kvd goes away (-ECONNRESET) or
+ * timeout_ns passes (-ETIME; < 0 waits for ever): spin first, then
+ * sleep. C6: set KV_CQ_NEED_WAKEUP, full barrier, look again, and only
+ * then block; every way out clears the flag, so kvd does not write the
+ * eventfd for a client that is not asleep.
  */
-int __kv_wait(struct kv_client *c, int64_t timeout_ns)
+static int __kv_wait_nr(struct kv_client *c, unsigned want,
+			int64_t timeout_ns)
 {
 	int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
 	struct pollfd pfd[2];
 	uint64_t v;
 	int ms, ret = 0;
 
-	if (spin_for_cqe(c, deadline))
+	if (spin_for_cqe(c, want, deadline))
 		return 0;
 	for (;;) {
-		if (cq_ready(c))
-			return 0;
-		if (c->dead)
-			return -ECONNRESET;
+		if (cq_ready(c) >= want)
+			break;
+		if (c->dead) {
+			ret = -ECONNRESET;
+			break;
+		}
 		kv_atomic_or(c->cq_kflags, KV_CQ_NEED_WAKEUP);
 		kv_smp_mb();	/* C6: pairs with D6 */
-		if (cq_ready(c))
+		if (cq_ready(c) >= want)
 			break;
 		ms = -1;
 		if (deadline >= 0) {
@@ -240,6 +246,11 @@ int __kv_wait(struct kv_client *c, int64_t timeout_ns)
 	return ret;
 }
 
+int __kv_wait(struct kv_client *c, int64_t timeout_ns)
+{
+	return __kv_wait_nr(c, 1, timeout_ns);
+}
+
 int kv_wait_cqe_timeout(struct kv_client *c, struct kv_cqe **cqe,
 			int64_t timeout_ns)
 {
@@ -266,8 +277,8 @@ int kv_submit_and_wait(struct kv_client *c, unsigned wait_nr)
 		return submitted;
 	if (wait_nr > c->inflight)
 		return -EINVAL;	/* would wait for ever */
-	while (cq_ready(c) < wait_nr) {
-		ret = __kv_wait(c, -1);
+	if (cq_ready(c) < wait_nr) {
+		ret = __kv_wait_nr(c, wait_nr, -1);
 		if (ret)
 			return ret;
 	}
