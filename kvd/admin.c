@@ -271,8 +271,8 @@ static bool admin_allowed(struct kvd *d, int fd)
 
 void kvd_admin_accept(struct kvd *d, int fd)
 {
-	struct io_uring_sqe *sqe;
 	uint32_t i;
+	int err;
 
 	if (!admin_allowed(d, fd)) {
 		if (kvd_ratelimit(&d->rl_kill))
@@ -295,11 +295,12 @@ void kvd_admin_accept(struct kvd *d, int fd)
 	d->adm[i].fd = fd;
 	d->adm[i].gen++;
 	d->adm[i].t_accept_ns = kvd_now_ns();
-	sqe = kvd_loop_sqe(d);
-	io_uring_prep_recv(sqe, fd, &d->adm[i].req,
-			   sizeof(d->adm[i].req) + sizeof(d->adm[i].pad), 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_ADMIN_RECV, i,
-						 d->adm[i].gen));
+	err = d->loop->arm_admin(d, i);
+	if (err) {
+		kvd_warn("admin: cannot watch a connection: %s", strerror(-err));
+		close(fd);
+		d->adm[i].fd = -1;
+	}
 }
 
 void kvd_admin_recv_done(struct kvd *d, uint32_t slot, int res)

@@ -3,7 +3,7 @@
  * Client lifetime: accept, HELLO -> WELCOME with the ring, eventfds and
  * pool passed by SCM_RIGHTS, then teardown when the control socket closes.
  *
- * A slot is reused only when no io_uring op names it any more (inflight
+ * A slot is reused only when no event-loop op names it any more (inflight
  * == 0), so a late completion can never write into a new client's
  * buffers; the generation in user_data makes stale CQEs recognisable.
  */
@@ -50,36 +50,42 @@ static struct kvd_client *slot_get(struct kvd *d)
 	return NULL;
 }
 
+/* Only epoll's arming can fail (no memory for the watch). */
+static void arm_failed(struct kvd *d, struct kvd_client *c, int err)
+{
+	char why[96];
+
+	snprintf(why, sizeof(why), "cannot watch its fds: %s", strerror(-err));
+	kvd_client_kill(d, c, why);
+}
+
 static void arm_ctrl(struct kvd *d, struct kvd_client *c)
 {
-	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
+	int err;
 
+	if (c->state == KVD_CLIENT_DEAD)
+		return;
 	memset(&c->msg, 0, sizeof(c->msg));
 	c->iov.iov_base = c->rx.raw;
 	c->iov.iov_len = sizeof(c->rx.raw);
 	c->msg.msg_iov = &c->iov;
 	c->msg.msg_iovlen = 1;
-	io_uring_prep_recvmsg(sqe, c->sock, &c->msg, 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_CTRL, c->slot, c->gen));
+	err = d->loop->arm_ctrl(d, c);
+	if (err)
+		return arm_failed(d, c, err);
 	c->inflight++;
 }
 
 static void arm_doorbell(struct kvd *d, struct kvd_client *c)
 {
-	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
+	int err;
 
-	io_uring_prep_read(sqe, c->sq_evfd, &c->evbuf, sizeof(c->evbuf), 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_DOORBELL, c->slot,
-						 c->gen));
+	if (c->state == KVD_CLIENT_DEAD)
+		return;
+	err = d->loop->arm_doorbell(d, c);
+	if (err)
+		return arm_failed(d, c, err);
 	c->inflight++;
-}
-
-static void cancel_op(struct kvd *d, struct kvd_client *c, int type)
-{
-	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
-
-	io_uring_prep_cancel64(sqe, kvd_ev_pack(type, c->slot, c->gen), 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_IGNORE, 0, 0));
 }
 
 static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
@@ -146,6 +152,7 @@ void kvd_client_accept(struct kvd *d, int fd)
 	c->tenant = -1;
 	peer_groups(c, fd);
 	c->t_accept_ns = kvd_now_ns();
+	c->ep_armed = c->ep_watched = 0;
 	c->ns = NULL;
 	c->ops = 0;
 	kvd_holder_init(&c->holder, c->slot);
@@ -220,6 +227,10 @@ int kvd_hello_check(struct kvd *d, const struct kv_hello *h, int len,
 	}
 	if (!kvd_is_pow2(h->sq_entries) || h->sq_entries > KV_MAX_SQ_ENTRIES) {
 		*why = "sq_entries must be a power of two up to 4096";
+		return -EINVAL;
+	}
+	if (d->cfg.max_ring_entries && h->sq_entries > d->cfg.max_ring_entries) {
+		*why = "sq_entries above this kvd's max_ring_entries";
 		return -EINVAL;
 	}
 	if (h->data_bytes < KV_MIN_DATA_BYTES ||
@@ -355,6 +366,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 			      "no namespace slot left" :
 			      "namespace creation failed");
 	c->ns->nr_clients++;
+	c->holder.max_refs = d->cfg.max_client_blocks;
 	err = kvd_ring_setup(c, h->sq_entries, h->data_bytes);
 	if (err)
 		return refuse(d, c, err, "ring setup failed");
@@ -415,6 +427,11 @@ void kvd_client_ctrl_done(struct kvd *d, struct kvd_client *c, int res)
 			return kvd_client_kill(d, c, strerror(-res));
 		if (res == 0)
 			return kvd_client_kill(d, c, NULL);
+		/* file descriptors sent to kvd: the kernel closed them
+		 * (no room was given); a client has none to send */
+		if (c->msg.msg_flags & MSG_CTRUNC)
+			return kvd_client_kill(d, c,
+					       "sent file descriptors with HELLO");
 		return hello(d, c, (c->msg.msg_flags & MSG_TRUNC) ? -1 : res);
 	}
 	/* After WELCOME the client only closes; anything else is an error. */
@@ -455,7 +472,7 @@ void kvd_client_put_op(struct kvd *d, struct kvd_client *c)
 
 /*
  * kvd_client_kill - end a client: release every block it holds now, close
- * its socket, and cancel its io_uring ops; the slot is freed once they
+ * its socket, and cancel its event-loop ops; the slot is freed once they
  * have completed. Other clients are not touched.
  */
 void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
@@ -473,15 +490,7 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 		ns_put(d, c->ns);
 		c->ns = NULL;
 	}
-	if (c->state == KVD_CLIENT_LIVE)
-		cancel_op(d, c, KVD_EV_DOORBELL);
-	cancel_op(d, c, KVD_EV_CTRL);
-	/*
-	 * io_uring looks fds up when it issues an SQE: ops on this socket
-	 * still queued must be issued before its number can be reused by
-	 * the next accept, or they would act on another client's socket.
-	 */
-	io_uring_submit(&d->ring);
+	d->loop->cancel(d, c);
 	shutdown(c->sock, SHUT_RDWR);
 	close(c->sock);
 	c->sock = -1;

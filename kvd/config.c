@@ -631,6 +631,7 @@ static const struct conf_key global_keys[] = {
 	GLOBAL("max_namespaces", set_u32, max_namespaces, 1, MAX_LIMIT),
 	GLOBAL("max_ring_entries", set_u32, max_ring_entries, 1,
 	       KV_MAX_SQ_ENTRIES),
+	GLOBAL("poll_us", set_u32, poll_us, 0, 100000),
 	GLOBAL("max_client_blocks", set_u32, max_client_blocks, 1,
 	       1U << 30),	/* KVD_REF_MAX */
 	GLOBAL("hugepages", set_bool, hugepages, 0, 0),

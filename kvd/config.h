@@ -83,6 +83,8 @@ struct kvd_conf {
 	bool		has_max_ring_entries;
 	uint32_t	max_client_blocks;	/* refs one client may hold */
 	bool		has_max_client_blocks;
+	uint32_t	poll_us;	/* poll rings before sleeping, 0..100000 */
+	bool		has_poll_us;
 	bool		hugepages;
 	bool		has_hugepages;
 

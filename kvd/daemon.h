@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The daemon's state: configuration, the event loop's io_uring, the pool,
- * namespaces, client slots and admin connections. All arrays are sized at
- * start-up from the configuration.
+ * The daemon's state: configuration, the event loop (io_uring, or epoll
+ * where io_uring is unavailable), the pool, namespaces, client slots and
+ * admin connections. All arrays are sized at start-up from the
+ * configuration.
  */
 #ifndef KVD_DAEMON_H
 #define KVD_DAEMON_H
@@ -18,6 +19,14 @@
 
 #define KVD_MAX_TENANTS	256
 #define KVD_BACKEND_AUTO	(-1)	/* cfg.backend: cuda if a device, else host */
+#define KVD_TICK_MS	250		/* the event loop's periodic tick */
+
+/* cfg.event_loop (--event-loop, $KVD_EVENT_LOOP) */
+enum kvd_loop_kind {
+	KVD_LOOP_AUTO = 0,	/* io_uring, else epoll with a warning */
+	KVD_LOOP_IO_URING,
+	KVD_LOOP_EPOLL,
+};
 
 struct kvd_tenant {
 	bool		live;
@@ -46,15 +55,20 @@ struct kvd_config {
 	uint64_t	extent_bytes;	/* 0: pool / 32, within 2 MiB..1 GiB */
 	uint32_t	max_clients;
 	uint32_t	max_namespaces;
+	uint32_t	max_ring_entries;	/* SQ entries a HELLO may ask */
+	uint32_t	max_client_blocks;	/* refs per client, 0: no limit */
+	uint32_t	poll_us;	/* poll busy rings this long before sleeping */
+	bool		poll_set;
 	uint32_t	sq_budget;	/* work per client per pass (ring.c) */
 	uint32_t	hello_timeout_ms;
+	int		event_loop;	/* KVD_LOOP_* */
 };
 
 enum kvd_client_state {
 	KVD_CLIENT_FREE = 0,
 	KVD_CLIENT_HELLO,	/* accepted, waiting for HELLO */
 	KVD_CLIENT_LIVE,	/* WELCOME sent, ring served */
-	KVD_CLIENT_DEAD,	/* torn down, waiting for its io_uring ops */
+	KVD_CLIENT_DEAD,	/* torn down, waiting for its event-loop ops */
 };
 
 struct kvd_client {
@@ -62,7 +76,7 @@ struct kvd_client {
 	uint32_t	gen;		/* bumped on reuse; stale CQEs ignored */
 	uint32_t	id;
 	int		state;
-	int		inflight;	/* io_uring ops naming this slot */
+	int		inflight;	/* event-loop ops naming this slot */
 	int		sock;
 	int		ring_fd;
 	int		sq_evfd;	/* doorbell: client -> kvd */
@@ -107,7 +121,9 @@ struct kvd_client {
 	struct kvd_holder holder;
 	uint64_t	ops;
 
-	/* buffers of the io_uring ops in flight */
+	/* buffers of the event-loop ops in flight */
+	uint8_t		ep_armed;	/* epoll: ops armed, 1 << KVD_EV_* */
+	uint8_t		ep_watched;	/* epoll: fds in the set, 1 << KVD_EV_* */
 	uint64_t	evbuf;
 	struct msghdr	msg;
 	struct iovec	iov;
@@ -135,7 +151,9 @@ struct kvd {
 	struct kvd_conf	conf;		/* kvd.conf as last loaded (may be empty) */
 	char		*conf_path;	/* the file read, NULL if none */
 	struct kvd_tenant tenants[KVD_MAX_TENANTS];
+	const struct kvd_loop_ops *loop;	/* the event loop's backend */
 	struct io_uring	ring;
+	int		ep_fd, tick_fd;	/* the epoll backend's */
 	struct kvd_pool	pool;
 	const struct kvd_backend *be;	/* where the pool lives (backend.h) */
 	struct kvd_cuda	*cuda;		/* the cuda backend's state */
@@ -153,6 +171,7 @@ struct kvd {
 	int		signal_fd;
 	int		lock_fds[2];
 	bool		stop;
+	uint64_t	last_work_ns;	/* when a ring last had work (loop.c) */
 	bool		doomed;		/* some client has ->doomed set */
 	bool		socket_bound, admin_bound;
 	uint64_t	start_ns;
@@ -175,7 +194,7 @@ struct kvd {
 	struct __kernel_timespec tick;
 };
 
-/* user_data of the daemon's io_uring: type | slot | generation */
+/* user_data of the daemon's io_uring (epoll data): type | slot | generation */
 enum kvd_ev {
 	KVD_EV_ACCEPT = 1,
 	KVD_EV_ADMIN_ACCEPT,
@@ -192,11 +211,36 @@ static inline uint64_t kvd_ev_pack(int type, uint32_t slot, uint32_t gen)
 	return (uint64_t)type << 56 | (uint64_t)(slot & 0xffffff) << 32 | gen;
 }
 
-/* loop.c */
+/*
+ * The event loop's backend (loop.c: io_uring, loop_epoll.c: epoll). An
+ * armed op completes once, into the shared handlers (kvd_client_*_done,
+ * kvd_admin_recv_done, kvd_loop_accepted, kvd_loop_signal, kvd_loop_tick);
+ * io_uring does the I/O, epoll waits for readiness and does it here.
+ * The arm ops return 0 or -errno (io_uring's never fail).
+ */
+struct kvd_loop_ops {
+	const char	*name;
+	int		(*init)(struct kvd *d);
+	void		(*exit)(struct kvd *d);
+	/* Complete what is ready; sleep until something is unless @busy. */
+	int		(*wait)(struct kvd *d, bool busy);
+	int		(*arm_accept)(struct kvd *d, int type);
+	int		(*arm_ctrl)(struct kvd *d, struct kvd_client *c);
+	int		(*arm_doorbell)(struct kvd *d, struct kvd_client *c);
+	int		(*arm_admin)(struct kvd *d, uint32_t slot);
+	/* A client is killed: end its ops before its fds close. */
+	void		(*cancel)(struct kvd *d, struct kvd_client *c);
+};
+
+/* loop.c, loop_epoll.c */
+extern const struct kvd_loop_ops kvd_uring_ops;
+extern const struct kvd_loop_ops kvd_epoll_ops;
 int kvd_loop_init(struct kvd *d);
 void kvd_loop_exit(struct kvd *d);
 int kvd_loop_run(struct kvd *d);
-struct io_uring_sqe *kvd_loop_sqe(struct kvd *d);
+bool kvd_loop_accepted(struct kvd *d, int type, int res);
+void kvd_loop_signal(struct kvd *d, int res);
+void kvd_loop_tick(struct kvd *d);
 
 /* client.c */
 void kvd_client_accept(struct kvd *d, int fd);

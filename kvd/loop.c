@@ -6,8 +6,16 @@
  * live ring is drained in turns of at most sq_budget units of work, so no client can
  * starve another; before sleeping, each ring gets KV_SQ_NEED_WAKEUP and is
  * looked at once more (kvd/ring.c has the ordering contract).
+ *
+ * Where io_uring cannot be had (no kernel support, kernel.io_uring_disabled,
+ * a seccomp profile), kvd_epoll_ops (loop_epoll.c) does the same with epoll;
+ * the handlers here and in client.c and admin.c serve both.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -17,9 +25,8 @@
 #include "daemon.h"
 
 #define KVD_URING_ENTRIES	1024
-#define KVD_TICK_MS		250
 
-struct io_uring_sqe *kvd_loop_sqe(struct kvd *d)
+static struct io_uring_sqe *uring_sqe(struct kvd *d)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
 
@@ -31,17 +38,72 @@ struct io_uring_sqe *kvd_loop_sqe(struct kvd *d)
 	return sqe;
 }
 
-static void arm_accept(struct kvd *d, int fd, int type)
+static int uring_arm_accept(struct kvd *d, int type)
 {
-	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
+	struct io_uring_sqe *sqe = uring_sqe(d);
+	int fd = type == KVD_EV_ACCEPT ? d->listen_fd : d->admin_fd;
 
 	io_uring_prep_multishot_accept(sqe, fd, NULL, NULL, SOCK_CLOEXEC);
 	io_uring_sqe_set_data64(sqe, kvd_ev_pack(type, 0, 0));
+	return 0;
+}
+
+static int uring_arm_ctrl(struct kvd *d, struct kvd_client *c)
+{
+	struct io_uring_sqe *sqe = uring_sqe(d);
+
+	io_uring_prep_recvmsg(sqe, c->sock, &c->msg, 0);
+	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_CTRL, c->slot, c->gen));
+	return 0;
+}
+
+static int uring_arm_doorbell(struct kvd *d, struct kvd_client *c)
+{
+	struct io_uring_sqe *sqe = uring_sqe(d);
+
+	io_uring_prep_read(sqe, c->sq_evfd, &c->evbuf, sizeof(c->evbuf), 0);
+	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_DOORBELL, c->slot,
+						 c->gen));
+	return 0;
+}
+
+static int uring_arm_admin(struct kvd *d, uint32_t slot)
+{
+	struct io_uring_sqe *sqe = uring_sqe(d);
+	struct kvd_admin_conn *a = &d->adm[slot];
+
+	io_uring_prep_recv(sqe, a->fd, &a->req, sizeof(a->req) + sizeof(a->pad),
+			   0);
+	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_ADMIN_RECV, slot,
+						 a->gen));
+	return 0;
+}
+
+static void cancel_op(struct kvd *d, struct kvd_client *c, int type)
+{
+	struct io_uring_sqe *sqe = uring_sqe(d);
+
+	io_uring_prep_cancel64(sqe, kvd_ev_pack(type, c->slot, c->gen), 0);
+	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_IGNORE, 0, 0));
+}
+
+/* The cancelled ops still complete (-ECANCELED), into the handlers. */
+static void uring_cancel(struct kvd *d, struct kvd_client *c)
+{
+	if (c->state == KVD_CLIENT_LIVE)
+		cancel_op(d, c, KVD_EV_DOORBELL);
+	cancel_op(d, c, KVD_EV_CTRL);
+	/*
+	 * io_uring looks fds up when it issues an SQE: ops on this socket
+	 * still queued must be issued before its number can be reused by
+	 * the next accept, or they would act on another client's socket.
+	 */
+	io_uring_submit(&d->ring);
 }
 
 static void arm_signal(struct kvd *d)
 {
-	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
+	struct io_uring_sqe *sqe = uring_sqe(d);
 
 	io_uring_prep_read(sqe, d->signal_fd, d->sigbuf,
 			   sizeof(struct signalfd_siginfo), 0);
@@ -50,7 +112,7 @@ static void arm_signal(struct kvd *d)
 
 static void arm_tick(struct kvd *d)
 {
-	struct io_uring_sqe *sqe = kvd_loop_sqe(d);
+	struct io_uring_sqe *sqe = uring_sqe(d);
 
 	d->tick.tv_sec = 0;
 	d->tick.tv_nsec = KVD_TICK_MS * 1000000LL;
@@ -58,7 +120,11 @@ static void arm_tick(struct kvd *d)
 	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_TICK, 0, 0));
 }
 
-int kvd_loop_init(struct kvd *d)
+/*
+ * -EOPNOTSUPP: the kernel has io_uring but not the SETUP flags of 5.19,
+ * so neither multishot accept (5.19), which the loop is built on.
+ */
+static int uring_init(struct kvd *d)
 {
 	struct io_uring_params p = { 0 };
 	int ret;
@@ -66,75 +132,173 @@ int kvd_loop_init(struct kvd *d)
 	p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN;
 	ret = io_uring_queue_init_params(KVD_URING_ENTRIES, &d->ring, &p);
 	if (ret == -EINVAL) {
-		/* Older kernels lack the flags: plain set-up still works. */
 		memset(&p, 0, sizeof(p));
 		ret = io_uring_queue_init_params(KVD_URING_ENTRIES, &d->ring,
 						 &p);
+		if (!ret) {
+			io_uring_queue_exit(&d->ring);
+			return -EOPNOTSUPP;
+		}
 	}
 	if (ret)
 		return ret;
-	arm_accept(d, d->listen_fd, KVD_EV_ACCEPT);
-	arm_accept(d, d->admin_fd, KVD_EV_ADMIN_ACCEPT);
+	uring_arm_accept(d, KVD_EV_ACCEPT);
+	uring_arm_accept(d, KVD_EV_ADMIN_ACCEPT);
 	arm_signal(d);
 	arm_tick(d);
+	/* io_uring_enter too may be blocked (seccomp): try it now. */
+	ret = io_uring_submit(&d->ring);
+	if (ret < 0) {
+		io_uring_queue_exit(&d->ring);
+		return ret;
+	}
 	return 0;
 }
 
-void kvd_loop_exit(struct kvd *d)
+static void uring_exit(struct kvd *d)
 {
 	io_uring_queue_exit(&d->ring);
 }
 
-static void on_signal(struct kvd *d, int res)
+/* An integer sysctl, or -1. */
+static int read_sysctl(const char *path)
+{
+	char buf[32];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	return atoi(buf);
+}
+
+/* Why io_uring failed with @err, for the operator. */
+static void uring_why(int err, char *buf, size_t len)
+{
+	int off = read_sysctl("/proc/sys/kernel/io_uring_disabled");
+
+	if (err == -EOPNOTSUPP)
+		snprintf(buf, len, "kernel older than 5.19: no multishot accept");
+	else if (err == -EPERM && off > 0)
+		snprintf(buf, len, "io_uring: %s (sysctl kernel.io_uring_disabled = %d)",
+			 strerror(-err), off);
+	else if (err == -EPERM)
+		snprintf(buf, len, "io_uring: %s (blocked by a seccomp profile or an LSM?)",
+			 strerror(-err));
+	else if (err == -ENOSYS)
+		snprintf(buf, len, "io_uring: %s (kernel without io_uring, or blocked by a seccomp profile)",
+			 strerror(-err));
+	else
+		snprintf(buf, len, "io_uring: %s", strerror(-err));
+}
+
+/* io_uring unless told otherwise or unavailable; then epoll. */
+int kvd_loop_init(struct kvd *d)
+{
+	char why[160];
+	int ret;
+
+	d->ep_fd = d->tick_fd = -1;
+	if (d->cfg.event_loop != KVD_LOOP_EPOLL) {
+		ret = uring_init(d);
+		if (!ret) {
+			d->loop = &kvd_uring_ops;
+			kvd_dbg("event loop: %s", d->loop->name);
+			return 0;
+		}
+		uring_why(ret, why, sizeof(why));
+		if (d->cfg.event_loop == KVD_LOOP_IO_URING) {
+			kvd_err("--event-loop io_uring: %s", why);
+			return ret;
+		}
+		kvd_warn("%s: falling back to an epoll event loop", why);
+	} else {
+		kvd_info("event loop: epoll");
+	}
+	d->loop = &kvd_epoll_ops;
+	ret = d->loop->init(d);
+	if (ret)
+		kvd_err("%s event loop set-up failed: %s", d->loop->name,
+			strerror(-ret));
+	return ret;
+}
+
+void kvd_loop_exit(struct kvd *d)
+{
+	d->loop->exit(d);
+}
+
+/* A signal was read (@res bytes, or -errno) into d->sigbuf. */
+void kvd_loop_signal(struct kvd *d, int res)
 {
 	const struct signalfd_siginfo *si = (const void *)d->sigbuf;
 
-	if (res == (int)sizeof(*si)) {
-		if (si->ssi_signo == SIGTERM || si->ssi_signo == SIGINT) {
-			kvd_info("signal %u: stopping", si->ssi_signo);
-			d->stop = true;
-			return;
-		}
-		if (si->ssi_signo == SIGHUP) {
-			char msg[256];
+	if (res != (int)sizeof(*si))
+		return;
+	if (si->ssi_signo == SIGTERM || si->ssi_signo == SIGINT) {
+		kvd_info("signal %u: stopping", si->ssi_signo);
+		d->stop = true;
+	} else if (si->ssi_signo == SIGHUP) {
+		char msg[256];
 
-			kvd_reload(d, msg, sizeof(msg));
-		}
+		kvd_reload(d, msg, sizeof(msg));
 	}
-	arm_signal(d);
+}
+
+/*
+ * An accept of @type finished with @res, a new fd or -errno. False when
+ * out of fds (or memory): retrying at once would spin, so the caller
+ * stops accepting and the tick retries.
+ */
+bool kvd_loop_accepted(struct kvd *d, int type, int res)
+{
+	if (res >= 0) {
+		if (type == KVD_EV_ACCEPT)
+			kvd_client_accept(d, res);
+		else
+			kvd_admin_accept(d, res);
+		return true;
+	}
+	if (res != -EINTR && res != -ECANCELED &&
+	    kvd_ratelimit(&d->rl_accept))
+		kvd_warn("accept: %s", strerror(-res));
+	return res != -EMFILE && res != -ENFILE && res != -ENOBUFS &&
+	       res != -ENOMEM;
 }
 
 static void on_accept(struct kvd *d, struct io_uring_cqe *cqe, int type)
 {
-	int which = type == KVD_EV_ACCEPT ? 0 : 1;
-	int fd = which ? d->admin_fd : d->listen_fd;
+	bool more = kvd_loop_accepted(d, type, cqe->res);
 
-	if (cqe->res >= 0) {
-		if (type == KVD_EV_ACCEPT)
-			kvd_client_accept(d, cqe->res);
-		else
-			kvd_admin_accept(d, cqe->res);
-	} else if (cqe->res != -EINTR && cqe->res != -ECANCELED) {
-		if (kvd_ratelimit(&d->rl_accept))
-			kvd_warn("accept: %s", strerror(-cqe->res));
-	}
 	if ((cqe->flags & IORING_CQE_F_MORE) || d->stop)
 		return;
-	/* Out of fds: retrying at once would spin; the tick retries. */
-	if (cqe->res == -EMFILE || cqe->res == -ENFILE ||
-	    cqe->res == -ENOBUFS || cqe->res == -ENOMEM)
-		d->accept_paused[which] = true;
+	if (more)
+		uring_arm_accept(d, type);
 	else
-		arm_accept(d, fd, type);
+		d->accept_paused[type == KVD_EV_ACCEPT ? 0 : 1] = true;
 }
 
 static void resume_accept(struct kvd *d)
 {
-	if (d->accept_paused[0])
-		arm_accept(d, d->listen_fd, KVD_EV_ACCEPT);
-	if (d->accept_paused[1])
-		arm_accept(d, d->admin_fd, KVD_EV_ADMIN_ACCEPT);
-	d->accept_paused[0] = d->accept_paused[1] = false;
+	if (d->accept_paused[0] && !d->loop->arm_accept(d, KVD_EV_ACCEPT))
+		d->accept_paused[0] = false;
+	if (d->accept_paused[1] &&
+	    !d->loop->arm_accept(d, KVD_EV_ADMIN_ACCEPT))
+		d->accept_paused[1] = false;
+}
+
+/* Every KVD_TICK_MS. */
+void kvd_loop_tick(struct kvd *d)
+{
+	kvd_clients_tick(d);
+	kvd_admin_tick(d);
+	kvd_extents_tick(d);
+	resume_accept(d);
 }
 
 static void dispatch(struct kvd *d, struct io_uring_cqe *cqe)
@@ -149,12 +313,12 @@ static void dispatch(struct kvd *d, struct io_uring_cqe *cqe)
 	case KVD_EV_ADMIN_ACCEPT:
 		return on_accept(d, cqe, type);
 	case KVD_EV_SIGNAL:
-		return on_signal(d, cqe->res);
+		kvd_loop_signal(d, cqe->res);
+		if (!d->stop)
+			arm_signal(d);
+		return;
 	case KVD_EV_TICK:
-		kvd_clients_tick(d);
-		kvd_admin_tick(d);
-		kvd_extents_tick(d);
-		resume_accept(d);
+		kvd_loop_tick(d);
 		return arm_tick(d);
 	case KVD_EV_ADMIN_RECV:
 		return kvd_admin_recv_done(d, slot, cqe->res);
@@ -187,10 +351,11 @@ static void reap_doomed(struct kvd *d)
 			kvd_client_kill(d, &d->clients[i], d->clients[i].doomed);
 }
 
-/* Serve every live ring until all are empty or stalled. */
-static void drain_rings(struct kvd *d)
+/* Serve every live ring until all are empty or stalled; true if any
+ * served something. */
+static bool drain_rings(struct kvd *d)
 {
-	bool again = true;
+	bool again = true, any = false;
 
 	while (again && !d->stop) {
 		again = false;
@@ -206,9 +371,50 @@ static void drain_rings(struct kvd *d)
 			if (n < 0)
 				kvd_client_kill(d, c, "corrupt ring indices");
 			else if (n > 0)
-				again = true;	/* maybe more: look again */
+				again = any = true;	/* maybe more: look again */
 			reap_doomed(d);
 		}
+	}
+	return any;
+}
+
+/* Has any live ring an SQE kvd has not taken? (acquire: see D1) */
+static bool rings_pending(struct kvd *d)
+{
+	for (uint32_t i = 0; i < d->nr_slots; i++) {
+		struct kvd_client *c = &d->clients[i];
+
+		if (c->state == KVD_CLIENT_LIVE && !c->waiting &&
+		    !c->cqe_deferred &&
+		    kv_smp_load_acquire(c->sq_ktail) != c->sq_head)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * After serving, poll the rings for cfg.poll_us before sleeping, as
+ * io_uring's SQPOLL thread idles before it sleeps: while clients keep
+ * submitting, NEED_WAKEUP stays clear and nobody makes a system call.
+ * Backs off from pause to sched_yield() so that on a small machine the
+ * engines kvd waits for still get the CPU. True when work arrived.
+ */
+static bool poll_rings(struct kvd *d)
+{
+	uint64_t end;
+
+	if (!d->cfg.poll_us)
+		return false;
+	end = d->last_work_ns + d->cfg.poll_us * 1000ULL;
+	for (unsigned i = 1;; i++) {
+		if (rings_pending(d))
+			return true;
+		if (i < 64)
+			kv_cpu_relax();
+		else
+			sched_yield();
+		if (!(i & 15) && kvd_now_ns() >= end)
+			return false;
 	}
 }
 
@@ -226,31 +432,52 @@ static bool prepare_sleep(struct kvd *d)
 	return busy;
 }
 
-int kvd_loop_run(struct kvd *d)
+static int uring_wait(struct kvd *d, bool busy)
 {
 	struct io_uring_cqe *cqe;
-	unsigned head, n;
+	unsigned head, n = 0;
+	int ret;
+
+	if (busy)
+		ret = io_uring_submit(&d->ring);
+	else
+		ret = io_uring_submit_and_wait(&d->ring, 1);
+	if (ret < 0 && ret != -EINTR && ret != -EBUSY && ret != -ETIME) {
+		kvd_err("io_uring: %s", strerror(-ret));
+		return ret;
+	}
+	io_uring_for_each_cqe(&d->ring, head, cqe) {
+		dispatch(d, cqe);
+		n++;
+	}
+	io_uring_cq_advance(&d->ring, n);
+	return 0;
+}
+
+const struct kvd_loop_ops kvd_uring_ops = {
+	.name		= "io_uring",
+	.init		= uring_init,
+	.exit		= uring_exit,
+	.wait		= uring_wait,
+	.arm_accept	= uring_arm_accept,
+	.arm_ctrl	= uring_arm_ctrl,
+	.arm_doorbell	= uring_arm_doorbell,
+	.arm_admin	= uring_arm_admin,
+	.cancel		= uring_cancel,
+};
+
+int kvd_loop_run(struct kvd *d)
+{
 	bool busy = false;
 	int ret;
 
 	while (!d->stop) {
-		if (busy)
-			ret = io_uring_submit(&d->ring);
-		else
-			ret = io_uring_submit_and_wait(&d->ring, 1);
-		if (ret < 0 && ret != -EINTR && ret != -EBUSY &&
-		    ret != -ETIME) {
-			kvd_err("io_uring: %s", strerror(-ret));
+		ret = d->loop->wait(d, busy);
+		if (ret)
 			return ret;
-		}
-		n = 0;
-		io_uring_for_each_cqe(&d->ring, head, cqe) {
-			dispatch(d, cqe);
-			n++;
-		}
-		io_uring_cq_advance(&d->ring, n);
-		drain_rings(d);
-		busy = prepare_sleep(d);
+		if (drain_rings(d))
+			d->last_work_ns = kvd_now_ns();
+		busy = poll_rings(d) || prepare_sleep(d);
 	}
 	return 0;
 }

@@ -50,10 +50,17 @@ static void usage(FILE *f)
 "  -u, --user USER        drop privileges to USER after set-up (as root)\n"
 "      --max-clients N    client slots (default 256)\n"
 "      --max-namespaces N namespace slots (default 64)\n"
+"      --max-ring-entries N  SQ entries a client may ask for (default 4096)\n"
+"      --max-client-blocks N block references one client may hold (default:\n"
+"                         no limit)\n"
+"      --poll-us N        after serving, poll the rings N us before sleeping\n"
+"                         (default 50; 0: sleep at once)\n"
 "      --hugepages        back the host pool with 2 MiB huge pages\n"
 "      --extent-size SIZE pool extents, a multiple of 2M (host default pool/32,\n"
 "                         2M..1G; cuda default 1G); a tenant only ever maps\n"
 "                         its own extents; memory is given back by extents\n"
+"      --event-loop L     io_uring, epoll or auto (default $KVD_EVENT_LOOP,\n"
+"                         else auto: io_uring, or epoll where it is unavailable)\n"
 "  -v, --verbose          debug logging\n"
 "  -q, --quiet            errors and warnings only\n"
 "  -V, --version\n"
@@ -127,6 +134,18 @@ static char *admin_beside(const char *sock)
 	return asprintf(&p, "%.*skvd-admin.sock", dir, sock) < 0 ? NULL : p;
 }
 
+/* "io_uring", "epoll" or "auto": KVD_LOOP_*, or -1. */
+static int parse_loop(const char *s)
+{
+	if (!strcmp(s, "io_uring"))
+		return KVD_LOOP_IO_URING;
+	if (!strcmp(s, "epoll"))
+		return KVD_LOOP_EPOLL;
+	if (!strcmp(s, "auto"))
+		return KVD_LOOP_AUTO;
+	return -1;
+}
+
 static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -140,14 +159,19 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 		{ "user", required_argument, NULL, 'u' },
 		{ "max-clients", required_argument, NULL, 'C' },
 		{ "max-namespaces", required_argument, NULL, 'N' },
+		{ "max-ring-entries", required_argument, NULL, 'R' },
+		{ "max-client-blocks", required_argument, NULL, 'B' },
+		{ "poll-us", required_argument, NULL, 'P' },
 		{ "hugepages", no_argument, NULL, 'H' },
 		{ "extent-size", required_argument, NULL, 'E' },
+		{ "event-loop", required_argument, NULL, 'L' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "version", no_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
+	const char *loop = getenv("KVD_EVENT_LOOP"), *loop_from = NULL;
 	uint32_t dev;
 	int64_t sz;
 	int o;
@@ -216,6 +240,25 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 				return -1;
 			}
 			break;
+		case 'R':
+			if (parse_u32(optarg, 1, KV_MAX_SQ_ENTRIES, &cfg->max_ring_entries)) {
+				fprintf(stderr, "kvd: --max-ring-entries: '%s' is not a number in 1..4096\n", optarg);
+				return -1;
+			}
+			break;
+		case 'B':
+			if (parse_u32(optarg, 1, 1U << 30, &cfg->max_client_blocks)) {
+				fprintf(stderr, "kvd: --max-client-blocks: '%s' is not a number in 1..1073741824\n", optarg);
+				return -1;
+			}
+			break;
+		case 'P':
+			if (parse_u32(optarg, 0, 100000, &cfg->poll_us)) {
+				fprintf(stderr, "kvd: --poll-us: '%s' is not a number in 0..100000\n", optarg);
+				return -1;
+			}
+			cfg->poll_set = true;
+			break;
 		case 'H':
 			cfg->hugepages = true;
 			break;
@@ -230,6 +273,10 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 				return -1;
 			}
 			cfg->extent_bytes = (uint64_t)sz;
+			break;
+		case 'L':
+			loop = optarg;
+			loop_from = "--event-loop";
 			break;
 		case 'v':
 			kvd_log_level = KVD_LOG_DEBUG;
@@ -251,6 +298,15 @@ static int parse_args(struct kvd_config *cfg, int argc, char **argv)
 	}
 	if (optind < argc) {
 		fprintf(stderr, "kvd: unexpected argument '%s'\n", argv[optind]);
+		return -1;
+	}
+	/* The option wins over the environment; an empty variable is unset. */
+	if (!loop_from && loop && !*loop)
+		loop = NULL;
+	cfg->event_loop = loop ? parse_loop(loop) : KVD_LOOP_AUTO;
+	if (cfg->event_loop < 0) {
+		fprintf(stderr, "kvd: %s: unknown event loop '%s' (io_uring, epoll or auto)\n",
+			loop_from ? loop_from : "KVD_EVENT_LOOP", loop);
 		return -1;
 	}
 	return 0;
@@ -502,6 +558,13 @@ static void merge_conf(struct kvd *d)
 	if (!cfg->max_namespaces)
 		cfg->max_namespaces = f->has_max_namespaces ?
 				      f->max_namespaces : 64;
+	if (!cfg->max_ring_entries)
+		cfg->max_ring_entries = f->has_max_ring_entries ?
+					f->max_ring_entries : KV_MAX_SQ_ENTRIES;
+	if (!cfg->max_client_blocks && f->has_max_client_blocks)
+		cfg->max_client_blocks = f->max_client_blocks;
+	if (!cfg->poll_set)
+		cfg->poll_us = f->has_poll_us ? f->poll_us : 50;
 	cfg->hugepages |= f->has_hugepages && f->hugepages;
 }
 
@@ -659,13 +722,8 @@ int main(int argc, char **argv)
 	d->admin_bound = true;
 	if (socket_access(d, sock_path, admin_path))
 		goto out;
-	ret = kvd_loop_init(d);
-	if (ret) {
-		kvd_err("io_uring set-up failed: %s", strerror(-ret));
-		ret = 1;
-		goto out;
-	}
-	ret = 1;
+	if (kvd_loop_init(d))
+		goto out;	/* it logged why */
 	if (drop_privileges(d))
 		goto out;
 	d->start_ns = kvd_now_ns();

@@ -4,8 +4,9 @@
 # Run by make (once, stamp in build/) and by .ci/run.
 set -eu
 
-PKGS="build-essential clang pkg-config liburing-dev libjemalloc-dev \
-libcmocka-dev libxxhash-dev libssl-dev libjson-c-dev mandoc jq binutils"
+PKGS="build-essential clang libclang-rt-dev pkg-config liburing-dev \
+libjemalloc-dev libcmocka-dev libxxhash-dev libssl-dev libjson-c-dev mandoc jq \
+binutils"
 
 missing=""
 for p in $PKGS; do

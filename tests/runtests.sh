@@ -1,16 +1,19 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Run every unit and integration test with a timeout each; exit 0/1/77
-# per test (77 = skipped). Ends with "N passed, N failed, N skipped".
+# per test (77 = skipped). The integration tests run twice: on kvd's
+# default event loop, then on its epoll fallback (KVD_EVENT_LOOP=epoll,
+# names suffixed " (epoll)"). Ends with "N passed, N failed, N skipped".
 O=${O:-build}
 TIMEOUT=${TEST_TIMEOUT:-120}
 pass=0 fail=0 skip=0 failed=""
 
 run() {
 	name=$1
+	log="$O/tests/$(echo "$name" | sed 's/ (\(.*\))$/.\1/').log"
 	shift
 	start=$(date +%s)
-	timeout -k 5 "$TIMEOUT" "$@" >"$O/tests/$name.log" 2>&1
+	timeout -k 5 "$TIMEOUT" "$@" >"$log" 2>&1
 	rc=$?
 	t=$(( $(date +%s) - start ))
 	case $rc in
@@ -18,7 +21,7 @@ run() {
 	77) skip=$((skip + 1)); printf '  SKIP  %-40s\n' "$name" ;;
 	*) fail=$((fail + 1)); failed="$failed $name"
 	   printf '  FAIL  %-40s (exit %s)\n' "$name" "$rc"
-	   sed 's/^/        /' "$O/tests/$name.log" | tail -n 40 ;;
+	   sed 's/^/        /' "$log" | tail -n 40 ;;
 	esac
 }
 
@@ -28,15 +31,23 @@ for t in "$O"/tests/unit/test_*; do
 	case $t in *.o|*.log) continue ;; esac
 	run "unit/$(basename "$t")" "$t"
 done
-for t in "$O"/tests/integration/*; do
-	[ -x "$t" ] && [ -f "$t" ] || continue
-	case $t in *.o|*.log) continue ;; esac
-	run "integration/$(basename "$t")" "$t"
-done
-for t in tests/integration/*.sh; do
-	[ -f "$t" ] || continue
-	run "integration/$(basename "$t" .sh)" sh "$t" "$O"
-done
+# integration SUFFIX: every integration test, its name + SUFFIX.
+integration() {
+	for t in "$O"/tests/integration/*; do
+		[ -x "$t" ] && [ -f "$t" ] || continue
+		case $t in *.o|*.log) continue ;; esac
+		run "integration/$(basename "$t")$1" "$t"
+	done
+	for t in tests/integration/*.sh; do
+		[ -f "$t" ] || continue
+		run "integration/$(basename "$t" .sh)$1" sh "$t" "$O"
+	done
+}
+unset KVD_EVENT_LOOP
+integration ""
+KVD_EVENT_LOOP=epoll
+export KVD_EVENT_LOOP
+integration " (epoll)"
 
 [ -n "$failed" ] && echo "failed:$failed"
 echo "$pass passed, $fail failed, $skip skipped"

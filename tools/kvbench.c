@@ -62,6 +62,7 @@
 #include <kv/kv.h>
 
 #include "admin.h"
+#include "bench_common.h"
 #include "emit.h"
 #include "trace.h"
 
@@ -204,6 +205,8 @@ struct opts {
 	struct kvb_model mdl[KVB_MAX_MODELS];
 	const struct kvb_trace *tr;
 	struct kvb_shared *sh;
+	const char	*private_pool;	/* --private-kvd: its pool size */
+	const char	*kvd_bin;	/* --kvd */
 };
 
 /* One op's totals in one process. */
@@ -424,6 +427,8 @@ enum {
 	OPT_PHASE_REQUESTS,
 	OPT_SAMPLE_MS,
 	OPT_ADMIN_SOCKET,
+	OPT_PRIVATE_KVD,
+	OPT_KVD,
 };
 
 /* Options of one mode only, to refuse them in the other. */
@@ -466,6 +471,8 @@ static const struct option long_opts[] = {
 	{ "phase-requests", required_argument, NULL, OPT_PHASE_REQUESTS },
 	{ "sample-ms",	  required_argument, NULL, OPT_SAMPLE_MS },
 	{ "admin-socket", required_argument, NULL, OPT_ADMIN_SOCKET },
+	{ "private-kvd",  optional_argument, NULL, OPT_PRIVATE_KVD },
+	{ "kvd",	  required_argument, NULL, OPT_KVD },
 	{ "quiet",	  no_argument,	     NULL, 'q' },
 	{ "help",	  no_argument,	     NULL, 'h' },
 	{ 0 }
@@ -499,6 +506,10 @@ static void usage(FILE *f)
 "      --model NAME       model id (default kvbench)\n"
 "      --json FILE        also write the report as JSON to FILE\n"
 "  -q, --quiet            no report on stdout (errors still on stderr)\n"
+"      --private-kvd[=SIZE]  start a kvd of our own (host pool of SIZE,\n"
+"                         default 256M) on a temp socket, stop it after\n"
+"      --kvd PATH         the kvd binary it starts (default: beside\n"
+"                         kvbench)\n"
 "  -h, --help\n"
 "alloc/release benchmark:\n"
 "  -n, --requests N       requests per process, 1..%u (default 2000)\n"
@@ -537,6 +548,18 @@ static void usage(FILE *f)
 "                         with --models; without, no time series)\n"
 "      --admin-socket PATH  kvd's admin socket, for the samples (default\n"
 "                         kvd-admin.sock beside the client socket)\n"
+"benchmarks (see kvbench(8), Benchmarks; each starts a private kvd\n"
+"unless --socket names one; --json, --kvd and --quiet apply):\n"
+"      --workload FILE    replay a kvdtrc block-manager workload (the\n"
+"                         shared_prompts lifecycle), median of --runs N\n"
+"      --floor            round-trip floors (shared memory, eventfd,\n"
+"                         socket) and kvd's NOP and ALLOC+RELEASE vs them\n"
+"      --hash-bench       kv_hash_blocks throughput vs XXH3 and SHA-256\n"
+"      --redis            32-key MGET on a private redis-server vs\n"
+"                         kvd's 32-block LOOKUP\n"
+"      --bench-summary DIR  one table from DIR/bench-*.json (make bench)\n"
+"      --runs N           --workload: runs, median reported (default 5)\n"
+"  -n, --iterations N     --floor, --redis: round trips (default 20000)\n"
 "Exit status: 0 ok, 1 a process failed or a block did not verify,\n"
 "2 usage error.\n",
 		KVB_MAX_PROCS, KVB_MAX_LIVE, KVB_MAX_REQUESTS, KVB_MAX_BATCH,
@@ -794,6 +817,12 @@ static int parse_one(struct opts *o, int opt, const char *arg)
 			return -1;
 		}
 		return 0;
+	case OPT_PRIVATE_KVD:
+		o->private_pool = arg ? arg : BENCH_PRIVATE_POOL;
+		return 0;
+	case OPT_KVD:
+		o->kvd_bin = arg;
+		return 0;
 	case 'q':
 		o->quiet = true;
 		return 0;
@@ -1034,6 +1063,14 @@ static int parse_args(struct opts *o, int argc, char **argv)
 	if (optind < argc) {
 		fprintf(stderr, "kvbench: unexpected argument '%s'\n",
 			argv[optind]);
+		goto err_usage;
+	}
+	if (o->socket && o->private_pool) {
+		fprintf(stderr, "kvbench: --socket names a kvd; --private-kvd starts one\n");
+		goto err_usage;
+	}
+	if (o->kvd_bin && !o->private_pool) {
+		fprintf(stderr, "kvbench: --kvd goes with --private-kvd\n");
 		goto err_usage;
 	}
 	if (opts_finish(o))
@@ -3665,13 +3702,27 @@ int main(int argc, char **argv)
 	struct kvb_trace tr = { 0 };
 	struct child *ch = NULL;
 	struct agg a = { 0 };
+	struct bench_kvd pk = { 0 };
 	FILE *json = NULL;
 	struct opts o;
 	int ret;
 
+	/* The benchmarks (tools/bench_*.c) parse their own options. */
+	ret = kvb_bench_main(argc, argv);
+	if (ret >= 0)
+		return ret;
 	if (parse_args(&o, argc, argv)) {
 		free(o.cmdline);
 		return 2;
+	}
+	if (o.private_pool) {
+		ret = bench_kvd_start(&pk, o.kvd_bin, o.private_pool) ? 1 : 0;
+		if (ret)
+			goto out;
+		o.socket = pk.sock;
+		if (!o.admin_socket)
+			snprintf(o.admin_path, sizeof(o.admin_path), "%s",
+				 pk.admin);
 	}
 	if (o.mode == KVB_MODE_REPLAY) {
 		ret = replay_prepare(&o, &tr);
@@ -3735,6 +3786,8 @@ out:
 	kvb_trace_free(&tr);
 	if (o.sh)
 		munmap(o.sh, sizeof(*o.sh));
+	if (o.private_pool)
+		bench_kvd_stop(&pk);
 	free(o.cmdline);
 	return ret;
 }

@@ -119,7 +119,9 @@ static void totals(struct kvb_trace *tr)
 static int check_len(const char *path, size_t line, uint64_t in,
 		     uint64_t out)
 {
-	if (in + out <= KVB_MAX_TRACE_TOKENS)
+	/* each first: their sum could wrap (found by the trace fuzzer) */
+	if (in <= KVB_MAX_TRACE_TOKENS && out <= KVB_MAX_TRACE_TOKENS &&
+	    in + out <= KVB_MAX_TRACE_TOKENS)
 		return 0;
 	fprintf(stderr, "kvbench: %s:%zu: %llu + %llu tokens; kvbench replays at most %u per request\n",
 		path, line, (unsigned long long)in, (unsigned long long)out,
@@ -270,6 +272,12 @@ static int azure_time(const char *s, uint64_t *us)
 	}
 	if (*s)
 		return -1;
+	/* in range before the arithmetic (found by the trace fuzzer) */
+	if (tm.tm_year < 1970 || tm.tm_year > 9999 || tm.tm_mon < 1 ||
+	    tm.tm_mon > 12 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+	    tm.tm_hour < 0 || tm.tm_hour > 23 || tm.tm_min < 0 ||
+	    tm.tm_min > 59 || tm.tm_sec < 0 || tm.tm_sec > 60)
+		return -1;
 	tm.tm_year -= 1900;
 	tm.tm_mon -= 1;
 	t = timegm(&tm);
@@ -383,7 +391,8 @@ static int load_kvdtrc(struct trace_build *b, FILE *f, const char *path,
 		nt = le32(rh + 8);
 		if (check_len(path, i + 1, nt, 0))
 			return -1;
-		if (grow((void **)&tr->tokens, &tcap, tr->nr_tokens + nt,
+		/* a request of 0 tokens may come first: no array yet */
+		if (grow((void **)&tr->tokens, &tcap, tr->nr_tokens + nt + 1,
 			 sizeof(*tr->tokens)))
 			goto nomem;
 		tok = tr->tokens + tr->nr_tokens;

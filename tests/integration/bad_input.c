@@ -205,6 +205,31 @@ static int raw_hello(const void *buf, size_t len, char *errmsg)
 	return w.status;
 }
 
+/* A HELLO that carries a file descriptor: refused, the fd not kept. */
+static void hello_with_fd(const struct kv_hello *h)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec iov = { .iov_base = (void *)h, .iov_len = sizeof(*h) };
+	struct msghdr msg = {
+		.msg_iov = &iov, .msg_iovlen = 1,
+		.msg_control = cbuf, .msg_controllen = sizeof(cbuf),
+	};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0), pass = 0;
+	struct kv_welcome w;
+
+	strcpy(sa.sun_path, k.sock);
+	T_EQ(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &pass, sizeof(int));	/* our stdin */
+	T_EQ(sendmsg(fd, &msg, 0), (ssize_t)sizeof(*h));
+	T_EQ(recv(fd, &w, sizeof(w), 0), 0);		/* closed, no WELCOME */
+	close(fd);
+}
+
 static void bad_hellos(void)
 {
 	struct kv_hello h;
@@ -260,6 +285,7 @@ static void bad_hellos(void)
 	T_ASSERT(strstr(msg, "printable"));
 	strcpy(h.model_id, "m");
 	T_EQ(raw_hello(&h, sizeof(h), NULL), 0);		/* sane one */
+	hello_with_fd(&h);
 }
 
 /* One SQE may name at most KV_MAX_IDS ids, however big the data area. */

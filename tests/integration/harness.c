@@ -90,14 +90,35 @@ static bool t_kvd_answers(const char *path, pid_t pid)
 	return ok;
 }
 
+/*
+ * $KVD_TEST_WRAPPER, words separated by spaces, goes before kvd's path
+ * (make valgrind: "valgrind --error-exitcode=1 ..."). Returns argc.
+ */
+static int t_wrapper(const char **argv, int max)
+{
+	static char buf[1024];
+	const char *w = getenv("KVD_TEST_WRAPPER");
+	char *save, *tok;
+	int argc = 0;
+
+	if (!w || !*w)
+		return 0;
+	snprintf(buf, sizeof(buf), "%s", w);
+	for (tok = strtok_r(buf, " ", &save); tok && argc < max;
+	     tok = strtok_r(NULL, " ", &save))
+		argv[argc++] = tok;
+	return argc;
+}
+
 static void t_kvd_spawn(struct t_kvd *k, const char *pool_size, va_list ap)
 {
-	const char *argv[32];
+	const char *argv[48];
 	char kvd[PATH_MAX + 96];
 	int argc = 0, fd;
 	pid_t parent;
 
 	snprintf(kvd, sizeof(kvd), "%s", t_bin("kvd"));
+	argc = t_wrapper(argv, 16);
 	argv[argc++] = kvd;
 	argv[argc++] = "--backend";
 	argv[argc++] = "host";
@@ -107,7 +128,7 @@ static void t_kvd_spawn(struct t_kvd *k, const char *pool_size, va_list ap)
 	argv[argc++] = k->sock;
 	argv[argc++] = "--admin-socket";
 	argv[argc++] = k->admin;
-	while (argc < 31 && (argv[argc] = va_arg(ap, const char *)))
+	while (argc < 47 && (argv[argc] = va_arg(ap, const char *)))
 		argc++;
 	argv[argc] = NULL;
 
@@ -123,7 +144,7 @@ static void t_kvd_spawn(struct t_kvd *k, const char *pool_size, va_list ap)
 		fd = open(k->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0 && !getenv("KV_TEST_VERBOSE"))
 			dup2(fd, 2);
-		execv(kvd, (char **)argv);
+		execvp(argv[0], (char **)argv);
 		_exit(127);
 	}
 	for (int i = 0; i < 500; i++) {

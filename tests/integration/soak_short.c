@@ -1,0 +1,9 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The soak test (tests/soak/soak.c) for 7 s: 8 clients doing random
+ * prefix-cache work with content checks, killed with SIGKILL and started
+ * again at random; then kvctl check, no leaked block, no mismatch.
+ * `make soak` runs the same for 60 s (SOAK_SECONDS).
+ */
+#define SOAK_SHORT
+#include "../soak/soak.c"

@@ -1,0 +1,265 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvbench --bench-summary DIR: the one table `make bench` ends with,
+ * from the JSON reports the benchmarks wrote into DIR:
+ * bench-floor.json (--floor), bench-hash.json (--hash-bench),
+ * bench-workload.json (--workload), bench-redis.json (--redis) and
+ * bench-batch.json (the batched alloc/release benchmark). Each row gives
+ * a figure, its ratio to what it is judged against, and the goal of
+ * project issue 8. A goal missed is reported, never failed: benchmarks
+ * on a shared machine are not tests.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <json-c/json.h>
+
+#include "bench_common.h"
+
+/* The goals (issue 8). */
+#define GOAL_NOP_VS_SPIN	2.0
+#define GOAL_AR_VS_SPIN		3.0
+#define GOAL_WAKE_VS_EVENTFD	1.2
+#define GOAL_LOOKUP_VS_REDIS	50.0
+#define GOAL_BATCH_BLOCKS_S	10e6
+
+struct sum_files {
+	struct json_object *floor, *hash, *workload, *redis, *batch;
+};
+
+static struct json_object *sum_load(const char *dir, const char *name)
+{
+	char path[4096];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (access(path, R_OK))
+		return NULL;
+	return json_object_from_file(path);
+}
+
+/* The number at @path ("a.b.c") under @o, or NAN. */
+static double sum_num(struct json_object *o, const char *path)
+{
+	char key[64];
+	const char *dot;
+
+	while (o && *path) {
+		dot = strchrnul(path, '.');
+		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
+		if (!json_object_object_get_ex(o, key, &o))
+			return NAN;
+		path = *dot ? dot + 1 : dot;
+	}
+	if (!o || (!json_object_is_type(o, json_type_double) &&
+		   !json_object_is_type(o, json_type_int)))
+		return NAN;
+	return json_object_get_double(o);
+}
+
+/* Field @field of the row named @name in the "rows" table under @o. */
+static double sum_row(struct json_object *o, const char *name,
+		      const char *field)
+{
+	struct json_object *rows, *row, *n;
+
+	if (!o || !json_object_object_get_ex(o, "rows", &rows) ||
+	    !json_object_is_type(rows, json_type_array))
+		return NAN;
+	for (size_t i = 0; i < json_object_array_length(rows); i++) {
+		row = json_object_array_get_idx(rows, i);
+		if (json_object_object_get_ex(row, "name", &n) &&
+		    !strcmp(json_object_get_string(n), name))
+			return sum_num(row, field);
+	}
+	return NAN;
+}
+
+static const struct kv_emit_col sum_cols[] = {
+	{ "metric", "metric", -40 }, { "value", "value", 14 },
+	{ "ratio", "ratio", 22 }, { "goal", "goal", 18 },
+	{ "status", "", -7 },
+};
+
+/* One row; @met < 0: no goal to meet. NAN values say why instead. */
+static void sum_row_emit(struct kv_emit *e, const char *metric,
+			 const char *value, const char *ratio,
+			 const char *goal, int met)
+{
+	kv_emit_row_begin(e);
+	kv_emit_cell_str(e, metric);
+	kv_emit_cell_str(e, value);
+	kv_emit_cell_str(e, ratio);
+	kv_emit_cell_str(e, goal);
+	kv_emit_cell_str(e, met < 0 ? "" : met ? "met" : "MISSED");
+	kv_emit_row_end(e);
+}
+
+static void fmt_ns(char *buf, size_t len, double ns)
+{
+	if (isnan(ns))
+		snprintf(buf, len, "not run");
+	else if (ns >= 1e6)
+		snprintf(buf, len, "%.2f ms", ns / 1e6);
+	else if (ns >= 1e3)
+		snprintf(buf, len, "%.2f us", ns / 1e3);
+	else
+		snprintf(buf, len, "%.0f ns", ns);
+}
+
+static void fmt_rate(char *buf, size_t len, double v, const char *unit)
+{
+	if (isnan(v))
+		snprintf(buf, len, "not run");
+	else if (v >= 1e6)
+		snprintf(buf, len, "%.2f M%s", v / 1e6, unit);
+	else if (v >= 1e3)
+		snprintf(buf, len, "%.1f k%s", v / 1e3, unit);
+	else
+		snprintf(buf, len, "%.1f %s", v, unit);
+}
+
+static void fmt_ratio(char *buf, size_t len, double r, const char *what)
+{
+	if (isnan(r))
+		snprintf(buf, len, "-");
+	else
+		snprintf(buf, len, "%.2fx %s", r, what);
+}
+
+/* A p50 judged as a multiple of a floor's p50, at most @goal times. */
+static void sum_vs_floor(struct kv_emit *e, struct json_object *fl,
+			 const char *metric, const char *row,
+			 const char *floor_row, const char *floor_name,
+			 double goal)
+{
+	double v = sum_row(fl, row, "p50_ns");
+	double f = sum_row(fl, floor_row, "p50_ns");
+	char value[32], ratio[48], g[32];
+
+	fmt_ns(value, sizeof(value), v);
+	fmt_ratio(ratio, sizeof(ratio), v / f, floor_name);
+	snprintf(g, sizeof(g), "<= %.1fx %s", goal, floor_name);
+	sum_row_emit(e, metric, value, ratio, g,
+		     isnan(v / f) ? -1 : v / f <= goal);
+}
+
+static void sum_workload(struct kv_emit *e, struct json_object *w)
+{
+	char value[32], ratio[48];
+	double rps = sum_num(w, "median.req_per_s");
+	double hit = sum_num(w, "median.hit_token_frac");
+	double bops = sum_num(w, "median.block_ops_per_s");
+
+	fmt_rate(value, sizeof(value), rps, "req/s");
+	snprintf(ratio, sizeof(ratio), isnan(hit) ? "-" : "hit tokens %.3f",
+		 hit);
+	sum_row_emit(e, "shared_prompts requests/s (median of runs)", value,
+		     ratio, "report only", -1);
+	fmt_rate(value, sizeof(value), bops, "/s");
+	sum_row_emit(e, "shared_prompts block ops/s", value, "-",
+		     "report only", -1);
+}
+
+static void sum_redis(struct kv_emit *e, struct json_object *r)
+{
+	struct json_object *red, *skip;
+	char value[32], ratio[48], g[32];
+	double look, ratio_v;
+
+	snprintf(g, sizeof(g), ">= %.0fx faster", GOAL_LOOKUP_VS_REDIS);
+	if (r && json_object_object_get_ex(r, "redis", &red) &&
+	    json_object_object_get_ex(red, "skipped", &skip)) {
+		/* The reason is in the JSON; the table only says so. */
+		sum_row_emit(e, "32-block LOOKUP p50 vs redis MGET",
+			     "skipped", "no redis-server", g, -1);
+		return;
+	}
+	red = r && json_object_object_get_ex(r, "redis", &red) ? red : NULL;
+	look = sum_row(red, "lookup", "p50_ns");
+	ratio_v = sum_num(red, "ratio");
+	fmt_ns(value, sizeof(value), look);
+	fmt_ratio(ratio, sizeof(ratio), ratio_v, "redis/kvd");
+	sum_row_emit(e, "32-block LOOKUP p50 vs redis MGET", value, ratio, g,
+		     isnan(ratio_v) ? -1 : ratio_v >= GOAL_LOOKUP_VS_REDIS);
+}
+
+static void sum_batch(struct kv_emit *e, struct json_object *b)
+{
+	double v = sum_num(b, "kvbench.results.blocks_per_s");
+	char value[32], ratio[48], g[32];
+
+	fmt_rate(value, sizeof(value), v, "blk/s");
+	fmt_ratio(ratio, sizeof(ratio), v / GOAL_BATCH_BLOCKS_S, "the goal");
+	snprintf(g, sizeof(g), ">= %.0f M blk/s", GOAL_BATCH_BLOCKS_S / 1e6);
+	sum_row_emit(e, "batched ALLOC+RELEASE (batch 64, 1 block)", value,
+		     ratio, g, isnan(v) ? -1 : v >= GOAL_BATCH_BLOCKS_S);
+}
+
+static void sum_hash(struct kv_emit *e, struct json_object *h)
+{
+	struct json_object *hash = NULL;
+	char value[32], ratio[48];
+	double kv, bare;
+
+	if (h)
+		json_object_object_get_ex(h, "hash", &hash);
+	kv = sum_row(hash, "kv_xxh3", "gb_per_s");
+	bare = sum_row(hash, "xxh3_whole", "gb_per_s");
+	if (isnan(kv))
+		snprintf(value, sizeof(value), "not run");
+	else
+		snprintf(value, sizeof(value), "%.2f GB/s", kv);
+	fmt_ratio(ratio, sizeof(ratio), kv / bare, "XXH3_128bits");
+	sum_row_emit(e, "kv_hash_blocks XXH3-128 (token bytes)", value, ratio,
+		     "-", -1);
+	kv = sum_row(hash, "kv_sha256", "gb_per_s");
+	bare = sum_row(hash, "sha256_whole", "gb_per_s");
+	if (isnan(kv))
+		snprintf(value, sizeof(value), "not run");
+	else
+		snprintf(value, sizeof(value), "%.2f GB/s", kv);
+	fmt_ratio(ratio, sizeof(ratio), kv / bare, "SHA-256");
+	sum_row_emit(e, "kv_hash_blocks SHA-256 (token bytes)", value, ratio,
+		     "-", -1);
+}
+
+int bench_summary(const struct bench_opts *o)
+{
+	struct json_object *fl = NULL;
+	struct sum_files f = {
+		.floor = sum_load(o->arg, "bench-floor.json"),
+		.hash = sum_load(o->arg, "bench-hash.json"),
+		.workload = sum_load(o->arg, "bench-workload.json"),
+		.redis = sum_load(o->arg, "bench-redis.json"),
+		.batch = sum_load(o->arg, "bench-batch.json"),
+	};
+	struct kv_emit e;
+
+	if (f.floor)
+		json_object_object_get_ex(f.floor, "floor", &fl);
+	kv_emit_begin(&e, stdout, false);
+	kv_emit_obj_begin(&e, "summary", "kvd benchmarks (issue 8 goals; not tests)");
+	kv_emit_table_begin(&e, "rows", sum_cols, 5);
+	sum_vs_floor(&e, fl, "NOP round trip p50", "nop", "spin", "spin",
+		     GOAL_NOP_VS_SPIN);
+	sum_vs_floor(&e, fl, "ALLOC+RELEASE 1 block p50 (2 trips)",
+		     "alloc_release", "spin", "spin", GOAL_AR_VS_SPIN);
+	/* Against the eventfd floor after the same 50 ms of idle: a
+	 * halted vCPU's wake-up is the machine's, not kvd's. */
+	sum_vs_floor(&e, fl, "NOP to a kvd idle 50 ms p50", "nop_idle",
+		     "eventfd_idle", "eventfd", GOAL_WAKE_VS_EVENTFD);
+	sum_workload(&e, f.workload);
+	sum_redis(&e, f.redis);
+	sum_batch(&e, f.batch);
+	sum_hash(&e, f.hash);
+	kv_emit_table_end(&e);
+	kv_emit_obj_end(&e);
+	kv_emit_end(&e);
+	json_object_put(f.floor);
+	json_object_put(f.hash);
+	json_object_put(f.workload);
+	json_object_put(f.redis);
+	json_object_put(f.batch);
+	return 0;
+}
