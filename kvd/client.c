@@ -406,6 +406,8 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	fds[2] = c->cq_evfd;
 	send_welcome(c->sock, &w, fds, 3);
 	c->state = KVD_CLIENT_LIVE;
+	c->live_idx = d->nr_clients;
+	d->live[d->nr_clients] = c->slot;
 	d->nr_pending--;
 	d->nr_clients++;
 	d->tenants[c->tenant].nr_clients++;
@@ -495,7 +497,10 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 	close(c->sock);
 	c->sock = -1;
 	if (c->state == KVD_CLIENT_LIVE) {
+		/* the last live slot takes its place */
 		d->nr_clients--;
+		d->live[c->live_idx] = d->live[d->nr_clients];
+		d->clients[d->live[c->live_idx]].live_idx = c->live_idx;
 		d->tenants[c->tenant].nr_clients--;
 	} else {
 		d->nr_pending--;

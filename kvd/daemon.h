@@ -73,6 +73,7 @@ enum kvd_client_state {
 
 struct kvd_client {
 	uint32_t	slot;
+	uint32_t	live_idx;	/* its index in d->live while LIVE */
 	uint32_t	gen;		/* bumped on reuse; stale CQEs ignored */
 	uint32_t	id;
 	int		state;
@@ -178,6 +179,9 @@ struct kvd {
 	uint64_t	ops;
 
 	struct kvd_client *clients;	/* [nr_slots] */
+	/* slots of the LIVE clients, in no order: the loop's passes walk
+	 * these, not every slot (swap-removed on kill, so walk backwards) */
+	uint32_t	*live;		/* [nr_slots] */
 	uint32_t	nr_slots;	/* max_clients + KVD_MAX_PENDING */
 	uint32_t	nr_clients;	/* LIVE (WELCOME sent) */
 	uint32_t	nr_pending;	/* accepted, no HELLO yet */

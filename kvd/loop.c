@@ -345,10 +345,15 @@ static void reap_doomed(struct kvd *d)
 	if (!d->doomed)
 		return;
 	d->doomed = false;
-	for (uint32_t i = 0; i < d->nr_slots; i++)
-		if (d->clients[i].state == KVD_CLIENT_LIVE &&
-		    d->clients[i].doomed)
-			kvd_client_kill(d, &d->clients[i], d->clients[i].doomed);
+	for (uint32_t j = d->nr_clients; j--;) {
+		struct kvd_client *c;
+
+		if (j >= d->nr_clients)
+			continue;	/* shrank under us */
+		c = &d->clients[d->live[j]];
+		if (c->doomed)
+			kvd_client_kill(d, c, c->doomed);
+	}
 }
 
 /* Serve every live ring until all are empty or stalled; true if any
@@ -359,12 +364,15 @@ static bool drain_rings(struct kvd *d)
 
 	while (again && !d->stop) {
 		again = false;
-		for (uint32_t i = 0; i < d->nr_slots; i++) {
-			struct kvd_client *c = &d->clients[i];
+		/* backwards: a client killed here is swapped with the
+		 * last one, which was served already */
+		for (uint32_t j = d->nr_clients; j--;) {
+			struct kvd_client *c;
 			int n;
 
-			if (c->state != KVD_CLIENT_LIVE)
-				continue;
+			if (j >= d->nr_clients)
+				continue;	/* shrank under us */
+			c = &d->clients[d->live[j]];
 			/* Awake now: clients need not ring (see ring.c). */
 			kv_atomic_andnot(c->sq_kflags, KV_SQ_NEED_WAKEUP);
 			n = kvd_ring_process(d, c, d->cfg.sq_budget);
@@ -381,11 +389,10 @@ static bool drain_rings(struct kvd *d)
 /* Has any live ring an SQE kvd has not taken? (acquire: see D1) */
 static bool rings_pending(struct kvd *d)
 {
-	for (uint32_t i = 0; i < d->nr_slots; i++) {
-		struct kvd_client *c = &d->clients[i];
+	for (uint32_t j = 0; j < d->nr_clients; j++) {
+		struct kvd_client *c = &d->clients[d->live[j]];
 
-		if (c->state == KVD_CLIENT_LIVE && !c->waiting &&
-		    !c->cqe_deferred &&
+		if (!c->waiting && !c->cqe_deferred &&
 		    kv_smp_load_acquire(c->sq_ktail) != c->sq_head)
 			return true;
 	}
@@ -423,12 +430,9 @@ static bool prepare_sleep(struct kvd *d)
 {
 	bool busy = false;
 
-	for (uint32_t i = 0; i < d->nr_slots; i++) {
-		struct kvd_client *c = &d->clients[i];
-
-		if (c->state == KVD_CLIENT_LIVE && kvd_ring_prepare_sleep(c))
+	for (uint32_t j = 0; j < d->nr_clients; j++)
+		if (kvd_ring_prepare_sleep(&d->clients[d->live[j]]))
 			busy = true;
-	}
 	return busy;
 }
 

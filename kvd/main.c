@@ -476,9 +476,10 @@ static int books_init(struct kvd *d)
 		return -1;
 	d->nr_slots = d->cfg.max_clients + KVD_MAX_PENDING;
 	d->clients = calloc(d->nr_slots, sizeof(*d->clients));
+	d->live = calloc(d->nr_slots, sizeof(*d->live));
 	d->ns = calloc(d->cfg.max_namespaces, sizeof(*d->ns));
 	d->scratch = malloc(KV_MAX_DATA_BYTES);
-	if (!d->clients || !d->ns || !d->scratch)
+	if (!d->clients || !d->live || !d->ns || !d->scratch)
 		return -1;
 	for (uint32_t i = 0; i < d->nr_slots; i++) {
 		d->clients[i].slot = i;

@@ -90,8 +90,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	d.ns = calloc(NR_NS, sizeof(*d.ns));
 	d.nr_slots = NR_SLOTS;
 	d.clients = calloc(NR_SLOTS, sizeof(*d.clients));
+	d.live = calloc(NR_SLOTS, sizeof(*d.live));
 	d.scratch = malloc(KV_MAX_DATA_BYTES);
-	if (!base_path || !d.ns || !d.clients || !d.scratch)
+	if (!base_path || !d.ns || !d.clients || !d.live || !d.scratch)
 		abort();
 	for (unsigned i = 0; i < KVD_MAX_ADMIN; i++)
 		d.adm[i].fd = -1;

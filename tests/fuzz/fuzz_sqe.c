@@ -81,6 +81,7 @@ static struct kvd d;
 static struct kvd_ns ns[NR_NS];
 static struct kvd_acct tacct[NR_NS];
 static struct kvd_client cl[NR_CLIENTS];
+static uint32_t live[NR_CLIENTS];
 static struct fclient fc[NR_CLIENTS];
 static bool copy_fails;
 static bool trace;		/* KVD_FUZZ_TRACE: print each CQE */
@@ -149,6 +150,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	d.cfg.max_namespaces = NR_NS;
 	d.cfg.sq_budget = 64;
 	d.clients = cl;
+	d.live = live;
 	d.nr_slots = NR_CLIENTS;
 	d.scratch = malloc(KV_MAX_DATA_BYTES);
 	if (!d.scratch)
@@ -187,8 +189,11 @@ static void setup(uint8_t cfg)
 	ns[1].acct.max_pages = cfg & 0x40 ? 8 : 0;
 	d.nr_ns = NR_NS;
 	d.nr_clients = NR_CLIENTS;
-	for (unsigned i = 0; i < NR_CLIENTS; i++)
+	for (unsigned i = 0; i < NR_CLIENTS; i++) {
+		live[i] = i;
+		cl[i].live_idx = i;
 		client_up(i);
+	}
 }
 
 /* Every holder's counts against the hold table (a walk of all holds). */
