@@ -149,10 +149,19 @@ static void post_cqe(struct kvd_client *c, uint64_t user_data, int res)
 	c->cq_tail++;
 }
 
-/* A KV_SQE_WAIT request the pool could not serve yet waits (ring.c). */
-static bool must_wait(const struct kv_sqe *sqe, int res)
+/*
+ * A KV_SQE_WAIT request the pool or a quota could not serve yet waits;
+ * not one over the client's own limit (max_client_blocks), which only
+ * the client itself can lift.
+ */
+static bool must_wait(const struct kvd_client *c, const struct kv_sqe *sqe,
+		      int res)
 {
-	return (sqe->flags & KV_SQE_WAIT) && (res == -ENOSPC || res == -EDQUOT);
+	if (!(sqe->flags & KV_SQE_WAIT))
+		return false;
+	if (res == -EDQUOT && !kvd_holder_room(&c->holder, sqe->nr))
+		return false;
+	return res == -ENOSPC || res == -EDQUOT;
 }
 
 static void park(struct kvd *d, struct kvd_client *c,
@@ -196,7 +205,7 @@ static int retry_waiting(struct kvd *d, struct kvd_client *c)
 			return 0;
 		c->wait_frees = d->pool.frees;
 		res = kvd_op_issue(d, c, &c->wait_sqe);
-		if (must_wait(&c->wait_sqe, res))
+		if (must_wait(c, &c->wait_sqe, res))
 			return 0;
 	}
 	c->waiting = false;
@@ -255,7 +264,7 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		done++;
 		work += 1 + sqe.nr / 1024;
 		res = kvd_op_issue(d, c, &sqe);
-		if (must_wait(&sqe, res)) {
+		if (must_wait(c, &sqe, res)) {
 			park(d, c, &sqe);
 			break;
 		}
