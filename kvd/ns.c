@@ -194,6 +194,7 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	ns->free_slab = KVD_NIL;	/* then slots_used++ (see holds_init) */
 	ns->partial = KVD_NIL;
 	ns->live = true;
+	ns->pool->nr_live_ns++;
 	return 0;
 
 err_free:
@@ -203,6 +204,8 @@ err_free:
 
 void kvd_ns_exit(struct kvd_ns *ns)
 {
+	if (ns->live)
+		ns->pool->nr_live_ns--;
 	for (uint32_t i = 0; ns->slabs && i < ns->max_slabs; i++)
 		if (ns->slabs[i].live)
 			kvd_pool_free_run(ns->pool, ns->slabs[i].first_page,

@@ -35,6 +35,7 @@ struct kvd_pool {
 	uint64_t	clock;		/* ticks of cache use, for coldness */
 	uint64_t	reclaims;	/* blocks evicted for another namespace */
 	uint64_t	frees;		/* blocks freed or cached: waiters retry */
+	uint32_t	nr_live_ns;	/* live namespaces on this pool */
 };
 
 int kvd_pool_init(struct kvd_pool *pool, uint32_t nr_pages);

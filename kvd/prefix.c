@@ -210,6 +210,9 @@ int kvd_prefix_reclaim(struct kvd_ns *ns)
 	uint64_t coldest = UINT64_MAX;
 	uint32_t before = pool->pages_used, id;
 
+	/* the only namespace: nothing to scan, it evicts its own leaf */
+	if (pool->nr_live_ns <= 1)
+		return 0;
 	if (ns->lru_head != KVD_NIL)
 		coldest = ns->blocks[ns->lru_head].tick;
 	for (uint32_t i = 0; pool->ns && i < pool->nr_ns; i++) {
