@@ -164,6 +164,7 @@ struct opts {
 	const char	*json_path;
 	const char	*dtype_name;
 	bool		quant_given;
+	bool		no_verify;	/* books only: no block bytes touched */
 	unsigned	procs;
 	unsigned	requests;
 	unsigned	min_tokens;
@@ -428,6 +429,7 @@ enum {
 	OPT_SAMPLE_MS,
 	OPT_ADMIN_SOCKET,
 	OPT_PRIVATE_KVD,
+	OPT_NO_VERIFY,
 	OPT_KVD,
 };
 
@@ -472,6 +474,7 @@ static const struct option long_opts[] = {
 	{ "sample-ms",	  required_argument, NULL, OPT_SAMPLE_MS },
 	{ "admin-socket", required_argument, NULL, OPT_ADMIN_SOCKET },
 	{ "private-kvd",  optional_argument, NULL, OPT_PRIVATE_KVD },
+	{ "no-verify",	  no_argument,	     NULL, OPT_NO_VERIFY },
 	{ "kvd",	  required_argument, NULL, OPT_KVD },
 	{ "quiet",	  no_argument,	     NULL, 'q' },
 	{ "help",	  no_argument,	     NULL, 'h' },
@@ -503,6 +506,8 @@ static void usage(FILE *f)
 "      --block-tokens N   (default 16)\n"
 "      --dtype T          fp16, bf16, fp32, fp8 or int8 (default fp16)\n"
 "      --quant Q          fp8/int8 scales: token (default), channel or none\n"
+"      --no-verify        do not write or check block bytes: measure kvd's\n"
+"                         books only (as a block manager benchmark does)\n"
 "      --model NAME       model id (default kvbench)\n"
 "      --json FILE        also write the report as JSON to FILE\n"
 "  -q, --quiet            no report on stdout (errors still on stderr)\n"
@@ -816,6 +821,9 @@ static int parse_one(struct opts *o, int opt, const char *arg)
 				arg, sizeof(o->admin_path) - 1);
 			return -1;
 		}
+		return 0;
+	case OPT_NO_VERIFY:
+		o->no_verify = true;
 		return 0;
 	case OPT_PRIVATE_KVD:
 		o->private_pool = arg ? arg : BENCH_PRIVATE_POOL;
@@ -2184,7 +2192,7 @@ static int worker_init(struct worker *w, const struct opts *o, unsigned idx)
 		return -1;
 	kv_pool_info(w->c, &info);
 	/* Device memory is not the CPU's to write: books only on cuda. */
-	w->words = info.backend == KV_BACKEND_CUDA ? 0 :
+	w->words = info.backend == KV_BACKEND_CUDA || o->no_verify ? 0 :
 		   info.block_bytes / sizeof(uint64_t);
 	return 0;
 }
