@@ -150,7 +150,7 @@ $(O)/libkvkernels.a: $(KERNEL_OBJS) $(KERNEL_REF_OBJS)
 
 # Host programs linked with the kernels (tests/gpu/run.sh runs them):
 # kernels_check against the C references, decode_bench's bandwidth table.
-$(GPU_CHECKS): $(O)/tests/gpu/%: tests/gpu/%.c $(O)/libkvkernels.a $(LIB)
+$(GPU_CHECKS): $(O)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_util.h $(O)/libkvkernels.a $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \

@@ -101,6 +101,15 @@ int bench_connect(const char *sock, const char *model,
 		  const struct kv_geometry *geom, struct kv_client **c);
 /* 1 layer, 1 KV head, head_dim 128, fp16, 16 tokens: 8 KiB blocks. */
 struct kv_geometry bench_small_geom(void);
+/*
+ * bench_open - connect to o->socket, or to a private kvd with a pool of
+ * @pool_size started in @k, with the small geometry as model @model.
+ * 0, or -1 after saying why (nothing left running). bench_close undoes it.
+ */
+int bench_open(const struct bench_opts *o, const char *pool_size,
+	       const char *model, struct bench_kvd *k, struct kv_client **c);
+void bench_close(const struct bench_opts *o, struct bench_kvd *k,
+		 struct kv_client *c);
 
 /* bench_main.c: samples and their percentiles. */
 int bench_lat_init(struct bench_lat *l, size_t cap);

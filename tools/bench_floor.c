@@ -302,26 +302,16 @@ static int fl_kvd_trips(struct kv_client *c, unsigned iters,
 static int fl_kvd(const struct bench_opts *o, unsigned iters,
 		  struct bench_lat *lat)
 {
-	struct kv_geometry g = bench_small_geom();
 	struct bench_kvd k = { 0 };
-	const char *sock = o->socket;
 	struct kv_client *c;
-	int ret = -1;
+	int ret;
 
-	if (!sock) {
-		if (bench_kvd_start(&k, o->kvd_bin, "64M"))
-			return -1;
-		sock = k.sock;
-	}
-	if (bench_connect(sock, "kvbench-floor", &g, &c))
-		goto out_stop;
+	if (bench_open(o, "64M", "kvbench-floor", &k, &c))
+		return -1;
 	ret = fl_kvd_trips(c, iters, lat);
 	if (ret)
 		fprintf(stderr, "kvbench: a round trip to kvd failed\n");
-	kv_disconnect(c);
-out_stop:
-	if (!o->socket)
-		bench_kvd_stop(&k);
+	bench_close(o, &k, c);
 	return ret;
 }
 

@@ -275,3 +275,29 @@ int bench_connect(const char *sock, const char *model,
 	}
 	return 0;
 }
+
+int bench_open(const struct bench_opts *o, const char *pool_size,
+	       const char *model, struct bench_kvd *k, struct kv_client **c)
+{
+	struct kv_geometry g = bench_small_geom();
+	const char *sock = o->socket;
+
+	if (!sock) {
+		if (bench_kvd_start(k, o->kvd_bin, pool_size))
+			return -1;
+		sock = k->sock;
+	}
+	if (!bench_connect(sock, model, &g, c))
+		return 0;
+	if (!o->socket)
+		bench_kvd_stop(k);
+	return -1;
+}
+
+void bench_close(const struct bench_opts *o, struct bench_kvd *k,
+		 struct kv_client *c)
+{
+	kv_disconnect(c);
+	if (!o->socket)
+		bench_kvd_stop(k);
+}

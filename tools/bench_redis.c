@@ -385,28 +385,18 @@ static int br_time_kvd(struct kv_client *c, const struct kv_hash *h,
 static int br_kvd(const struct bench_opts *o, const struct kv_hash *h,
 		  kv_block_t *ids, struct bench_lat *lat)
 {
-	struct kv_geometry g = bench_small_geom();
 	struct bench_kvd k = { 0 };
-	const char *sock = o->socket;
 	struct kv_client *c;
-	int ret = -1;
+	int ret;
 
-	if (!sock) {
-		if (bench_kvd_start(&k, o->kvd_bin, "64M"))
-			return -1;
-		sock = k.sock;
-	}
-	if (bench_connect(sock, BR_MODEL, &g, &c))
-		goto out_stop;
+	if (bench_open(o, "64M", BR_MODEL, &k, &c))
+		return -1;
 	ret = br_fill_kvd(c, h, ids);
 	if (ret)
 		fprintf(stderr, "kvbench: cannot commit the prefixes to kvd\n");
 	else
 		ret = br_time_kvd(c, h, o->iters, lat);
-	kv_disconnect(c);
-out_stop:
-	if (!o->socket)
-		bench_kvd_stop(&k);
+	bench_close(o, &k, c);
 	return ret;
 }
 

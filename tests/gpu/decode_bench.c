@@ -26,6 +26,8 @@
 #include <cuda_runtime_api.h>
 
 #include "kv_kernels.h"
+#define GPU_PROG "decode_bench"
+#include "gpu_util.h"
 
 #define KV_HEADS	8
 #define GQA		4
@@ -34,26 +36,7 @@
 #define FILL_TOKENS	65536		/* source rows per reshape_and_cache */
 #define FLUSH_BYTES	(512ull << 20)	/* > L2 */
 
-#define CK(x)	ck((x), #x, __LINE__)
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static void ck(cudaError_t e, const char *what, int line)
-{
-	if (e == cudaSuccess)
-		return;
-	fprintf(stderr, "decode_bench:%d: %s: %s\n", line, what,
-		cudaGetErrorString(e));
-	exit(1);
-}
-
-static uint32_t rnd(void)
-{
-	rng ^= rng >> 12;
-	rng ^= rng << 25;
-	rng ^= rng >> 27;
-	return (uint32_t)((rng * 0x2545f4914f6cdd1dull) >> 32);
-}
 
 static void *xmalloc(size_t n)
 {
@@ -293,6 +276,7 @@ int main(int argc, char **argv)
 	int ndev = 0, quick = 0, dev = 0, ret;
 	char how[96];
 
+	rng = 0x2545f4914f6cdd1dull;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--peak-gbs") && i + 1 < argc) {
 			forced = atof(argv[++i]);

@@ -27,32 +27,15 @@
 #include <cuda_runtime_api.h>
 
 #include "kv_kernels.h"
+#define GPU_PROG "kernels_check"
+#include "gpu_util.h"
 
 #define DEC_TOL_FP32	2e-3
 #define DEC_TOL_FP16	3e-3
 #define DEC_TOL_BF16	1.6e-2
 
-#define CK(x)	ck((x), #x, __LINE__)
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static int failures;
 
-static void ck(cudaError_t e, const char *what, int line)
-{
-	if (e == cudaSuccess)
-		return;
-	fprintf(stderr, "kernels_check:%d: %s: %s\n", line, what,
-		cudaGetErrorString(e));
-	exit(1);
-}
-
-static uint32_t rnd(void)
-{
-	rng ^= rng >> 12;
-	rng ^= rng << 25;
-	rng ^= rng >> 27;
-	return (uint32_t)((rng * 0x2545f4914f6cdd1dull) >> 32);
-}
 
 /* Uniform in [-a, a). */
 static float frand(float a)
@@ -845,6 +828,7 @@ int main(void)
 {
 	int ndev = 0;
 
+	rng = 0x9e3779b97f4a7c15ull;
 	setvbuf(stdout, NULL, _IOLBF, 0);	/* in order with stderr */
 	if (cudaGetDeviceCount(&ndev) != cudaSuccess || !ndev) {
 		printf("kernels_check: no CUDA device, skipped\n");
