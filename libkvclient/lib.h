@@ -36,6 +36,9 @@ struct kv_client {
 	unsigned	block_tokens;	/* from the geometry: for kv_seq */
 	int		hash_algo;
 	uint64_t	spin_ns;	/* poll window before sleeping (queue.c) */
+	uint64_t	spin_cur_ns;	/* the window now: halves when spinning
+					 * did not catch the reply */
+	uint32_t	spin_skips;	/* waits since spinning was turned off */
 	uint64_t	syscalls;	/* system calls made for this client */
 
 	uint32_t	*sq_khead, *sq_ktail, *sq_kflags;

@@ -151,21 +151,46 @@ static int64_t now_ns(void)
 }
 
 /*
- * Poll the CQ for up to c->spin_ns before sleeping, as io_uring's SQPOLL
- * idles before it sleeps: a reply that comes within the window costs no
- * system call and no wake-up of a halted vCPU. Backs off from pause to
- * sched_yield() so that on a small machine kvd and other engines still
- * get the CPU. Also reads extents kvd holds a completion back for.
+ * Poll the CQ for up to the spin window before sleeping, as io_uring's
+ * SQPOLL idles before it sleeps: a reply that comes within the window
+ * costs no system call and no wake-up of a halted vCPU. Backs off from
+ * pause to sched_yield() so that on a small machine kvd and other engines
+ * still get the CPU. Also reads extents kvd holds a completion back for.
+ *
+ * Adaptive, as adaptive mutexes spin: a window that did not catch the
+ * reply halves (a busy machine, several engines per core: spinning only
+ * takes the CPU from them), one that did is restored; once below 1 us,
+ * spinning stops and is tried again every 64 waits.
  */
+static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline);
+
 static bool spin_for_cqe(struct kv_client *c, unsigned want,
 			 int64_t deadline)
 {
-	int64_t t0, end;
+	bool caught;
 
 	if (!c->spin_ns)
 		return false;
+	if (!c->spin_cur_ns) {
+		if (++c->spin_skips < 64)
+			return false;
+		c->spin_skips = 0;
+		c->spin_cur_ns = c->spin_ns;
+	}
+	caught = spin_once(c, want, deadline);
+	if (caught)
+		c->spin_cur_ns = c->spin_ns;
+	else if ((c->spin_cur_ns /= 2) < 1000)
+		c->spin_cur_ns = 0;
+	return caught;
+}
+
+static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline)
+{
+	int64_t t0, end;
+
 	t0 = now_ns();
-	end = t0 + (int64_t)c->spin_ns;
+	end = t0 + (int64_t)c->spin_cur_ns;
 	if (deadline >= 0 && deadline < end)
 		end = deadline;
 	for (unsigned i = 1;; i++) {

@@ -313,6 +313,7 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->hash_algo = p->hash_algo;
 	c->spin_ns = p->spin_us < 0 ? 0 : (uint64_t)(p->spin_us ? p->spin_us :
 				KV_DEFAULT_SPIN_US) * 1000;
+	c->spin_cur_ns = c->spin_ns;
 	*out = c;
 	return 0;
 

@@ -231,6 +231,7 @@ struct kvb_result {
 	uint64_t	bad_blocks;	/* pattern or stamp did not verify */
 	uint64_t	bad_words;
 	uint64_t	bytes_checked;
+	uint64_t	syscalls;	/* libkvclient's, during the run */
 	uint64_t	t_start_ns;
 	uint64_t	t_end_ns;
 	struct kvb_opstat op[KVB_NR_OPS];
@@ -2407,8 +2408,10 @@ child_main(const struct opts *o, unsigned idx, int go_fd, int out_fd)
 	if (read_full(go_fd, &go, 1) || go != 'g')
 		_exit(1);
 	w.r.t_start_ns = w.t_go = now_ns();
+	w.r.syscalls = kv_syscalls(w.c);
 	ret = o->mode == KVB_MODE_REPLAY ? replay_run(&w) : alloc_run(&w);
 	w.r.t_end_ns = now_ns();
+	w.r.syscalls = kv_syscalls(w.c) - w.r.syscalls;
 	if (ret && o->sh && !w.stopped)
 		turns_stop(o->sh);
 	w.r.status = w.stopped ? KVB_STATUS_STOPPED : ret ? 1 : 0;
@@ -2693,6 +2696,7 @@ static void sum_result(struct kvb_result *s, const struct kvb_result *r)
 	s->bad_blocks += r->bad_blocks;
 	s->bad_words += r->bad_words;
 	s->bytes_checked += r->bytes_checked;
+	s->syscalls += r->syscalls;
 	for (int k = 0; k < KVB_NR_OPS; k++) {
 		s->op[k].ops += r->op[k].ops;
 		s->op[k].sum_ns += r->op[k].sum_ns;
@@ -2803,6 +2807,9 @@ static void emit_results(struct kv_emit *e, const struct agg *a)
 	kv_emit_f64(e, "requests_per_s", "requests/s",
 		    per_s(s->requests, wall));
 	kv_emit_f64(e, "blocks_per_s", "blocks/s", per_s(s->blocks, wall));
+	/* the ring's promise: no system call per op while both are busy */
+	kv_emit_f64(e, "syscalls_per_op", "client system calls per op",
+		    ops ? (double)s->syscalls / (double)ops : 0);
 	kv_emit_u64(e, "enospc", "ALLOC -ENOSPC", s->enospc);
 	kv_emit_u64(e, "forced", "forced releases", s->forced);
 	kv_emit_u64(e, "enospc_waits", "waits for room", s->waits);
