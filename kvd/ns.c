@@ -550,6 +550,19 @@ void kvd_block_put(struct kvd_ns *ns, uint32_t id)
 int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		 uint32_t nr)
 {
+	int ret = kvd_ns_alloc_check(ns, hr, nr);
+
+	return ret ? ret : __kvd_ns_alloc_ids(ns, hr, ids, nr);
+}
+
+/*
+ * kvd_ns_alloc_check - may @hr be given @nr new refs at all? -EINVAL for
+ * none, -E2BIG past max_blocks, -ENOMEM hold table full, -EDQUOT past
+ * the client's max_client_blocks. ALLOC and ALLOC_PREFIX share it.
+ */
+int kvd_ns_alloc_check(const struct kvd_ns *ns, const struct kvd_holder *hr,
+		       uint32_t nr)
+{
 	if (!nr)
 		return -EINVAL;
 	if (nr > ns->max_blocks)
@@ -558,7 +571,7 @@ int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		return -ENOMEM;
 	if (!kvd_holder_room(hr, nr))
 		return -EDQUOT;
-	return __kvd_ns_alloc_ids(ns, hr, ids, nr);
+	return 0;
 }
 
 /*

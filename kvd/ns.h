@@ -154,6 +154,8 @@ uint32_t kvd_ns_waste_ppm(const struct kvd_ns *ns);
 void kvd_holder_init(struct kvd_holder *h, uint32_t slot);
 int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *h, uint32_t *ids,
 		 uint32_t nr);
+int kvd_ns_alloc_check(const struct kvd_ns *ns, const struct kvd_holder *hr,
+		       uint32_t nr);
 int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *h,
 		   const uint32_t *ids, uint32_t nr);
 int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *h, const uint32_t *ids,

@@ -287,14 +287,11 @@ int kvd_prefix_alloc(struct kvd_ns *ns, struct kvd_holder *hr,
 {
 	int h, ret;
 
-	if (!nr || n_hashes > nr)
+	if (n_hashes > nr)
 		return -EINVAL;
-	if (nr > ns->max_blocks)
-		return -E2BIG;
-	if (ns->holds.cap - ns->holds.nr < nr)
-		return -ENOMEM;
-	if (!kvd_holder_room(hr, nr))
-		return -EDQUOT;
+	ret = kvd_ns_alloc_check(ns, hr, nr);
+	if (ret)
+		return ret;
 	h = kvd_prefix_lookup(ns, hr, hashes, n_hashes, ids);
 	if (h < 0 || (uint32_t)h == nr)
 		return h;

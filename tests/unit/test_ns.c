@@ -21,6 +21,7 @@
 #define kvd_ns_match		t_kvd_ns_match
 #define kvd_holder_init		t_kvd_holder_init
 #define kvd_ns_alloc		t_kvd_ns_alloc
+#define kvd_ns_alloc_check	t_kvd_ns_alloc_check
 #define kvd_ns_release		t_kvd_ns_release
 #define kvd_ns_ref		t_kvd_ns_ref
 #define kvd_ns_release_all	t_kvd_ns_release_all
