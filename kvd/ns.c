@@ -382,6 +382,8 @@ void __kvd_block_free(struct kvd_ns *ns, uint32_t id)
 
 /* ---- holds ---- */
 
+_Static_assert(sizeof(struct kvd_block) == 64, "a block's books: one line");
+
 static inline uint32_t hold_hash(const struct kvd_holds *hs, uint32_t client,
 				 uint32_t block)
 {
@@ -390,7 +392,8 @@ static inline uint32_t hold_hash(const struct kvd_holds *hs, uint32_t client,
 	return (uint32_t)(k >> 32) & hs->mask;
 }
 
-static uint32_t hold_find(const struct kvd_holds *hs, uint32_t client,
+/* The hash node of (@client, @block), KVD_NIL if none: non-owners only. */
+static uint32_t hash_find(const struct kvd_holds *hs, uint32_t client,
 			  uint32_t block)
 {
 	uint32_t i = hs->buckets[hold_hash(hs, client, block)];
@@ -405,15 +408,7 @@ static uint32_t hold_find(const struct kvd_holds *hs, uint32_t client,
 	return KVD_NIL;
 }
 
-uint32_t kvd_ns_hold_count(const struct kvd_ns *ns, uint32_t client,
-			   uint32_t block)
-{
-	uint32_t i = hold_find(&ns->holds, client, block);
-
-	return i == KVD_NIL ? 0 : ns->holds.nodes[i].count;
-}
-
-static void hold_add(struct kvd_holds *hs, struct kvd_holder *hr,
+static void hash_add(struct kvd_holds *hs, struct kvd_holder *hr,
 		     uint32_t block)
 {
 	uint32_t i, b = hold_hash(hs, hr->slot, block);
@@ -437,11 +432,9 @@ static void hold_add(struct kvd_holds *hs, struct kvd_holder *hr,
 	if (hr->head != KVD_NIL)
 		hs->nodes[hr->head].cprev = i;
 	hr->head = i;
-	hr->nr_blocks++;
-	hr->nr_refs++;
 }
 
-static void hold_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
+static void hash_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
 {
 	struct kvd_hold *h = &hs->nodes[i];
 	uint32_t *pp = &hs->buckets[hold_hash(hs, h->client, h->block)];
@@ -458,7 +451,75 @@ static void hold_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
 	h->hnext = hs->free_head;
 	hs->free_head = i;
 	hs->nr--;
+}
+
+/*
+ * Where @client's refs on @block are counted: the block itself when the
+ * client owns it, else its hash node. NULL when it holds none.
+ */
+static uint32_t *hold_count(const struct kvd_ns *ns, uint32_t client,
+			    uint32_t block)
+{
+	struct kvd_block *b = &ns->blocks[block];
+	uint32_t i;
+
+	if (b->owner == client + 1)
+		return &b->own_refs;
+	i = hash_find(&ns->holds, client, block);
+	return i == KVD_NIL ? NULL : &ns->holds.nodes[i].count;
+}
+
+uint32_t kvd_ns_hold_count(const struct kvd_ns *ns, uint32_t client,
+			   uint32_t block)
+{
+	const uint32_t *c = hold_count(ns, client, block);
+
+	return c ? *c : 0;
+}
+
+/*
+ * A first ref on @block for @hr, which holds none of it yet; the block is
+ * off the LRU (its links become the owner's). It takes ownership when the
+ * block has no owner, else a hash node.
+ */
+static void hold_add(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t block)
+{
+	struct kvd_block *b = &ns->blocks[block];
+
+	hr->nr_blocks++;
+	hr->nr_refs++;
+	if (b->owner) {
+		hash_add(&ns->holds, hr, block);
+		return;
+	}
+	b->owner = hr->slot + 1;
+	b->own_refs = 1;
+	b->own_prev = KVD_NIL;
+	b->own_next = hr->own_head;
+	if (hr->own_head != KVD_NIL)
+		ns->blocks[hr->own_head].own_prev = block;
+	hr->own_head = block;
+	ns->holds.owned++;
+}
+
+/* @hr's count on @block reached 0: forget the hold (refs untouched). */
+static void hold_del(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t block)
+{
+	struct kvd_block *b = &ns->blocks[block];
+
 	hr->nr_blocks--;
+	if (b->owner != hr->slot + 1) {
+		hash_del(&ns->holds, hr, hash_find(&ns->holds, hr->slot, block));
+		return;
+	}
+	if (b->own_prev != KVD_NIL)
+		ns->blocks[b->own_prev].own_next = b->own_next;
+	else
+		hr->own_head = b->own_next;
+	if (b->own_next != KVD_NIL)
+		ns->blocks[b->own_next].own_prev = b->own_prev;
+	b->owner = 0;
+	ns->holds.owned--;
 }
 
 /*
@@ -468,29 +529,33 @@ static void hold_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
  */
 int __kvd_hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
 {
-	uint32_t h = hold_find(&ns->holds, hr->slot, id);
+	struct kvd_block *b = &ns->blocks[id];
+	uint32_t *c = NULL;
 
-	if (ns->blocks[id].ref >= KVD_REF_MAX)
+	if (b->ref >= KVD_REF_MAX)
 		return -EOVERFLOW;
-	if (h != KVD_NIL) {
-		ns->holds.nodes[h].count++;
+	/* Only the owner holds it (ref == own_refs): no hash lookup. */
+	if (b->owner == hr->slot + 1 || (b->ref && !(b->owner &&
+					 b->ref == b->own_refs)))
+		c = hold_count(ns, hr->slot, id);
+	if (c) {
+		(*c)++;
 		hr->nr_refs++;
-	} else if (ns->holds.nr < ns->holds.cap) {
-		hold_add(&ns->holds, hr, id);
-	} else {
-		return -ENOMEM;
+		kvd_block_get(ns, id);
+		return 0;
 	}
-	kvd_block_get(ns, id);
+	if (b->owner && ns->holds.nr >= ns->holds.cap)
+		return -ENOMEM;
+	kvd_block_get(ns, id);		/* off the LRU before the links move */
+	hold_add(ns, hr, id);
 	return 0;
 }
 
 /* One ref less on @id, which @hr holds (checked by the caller). */
 void __kvd_hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
 {
-	uint32_t h = hold_find(&ns->holds, hr->slot, id);
-
-	if (--ns->holds.nodes[h].count == 0)
-		hold_del(&ns->holds, hr, h);
+	if (--*hold_count(ns, hr->slot, id) == 0)
+		hold_del(ns, hr, id);
 	hr->nr_refs--;
 	kvd_block_put(ns, id);
 }
@@ -500,13 +565,14 @@ bool __kvd_hold_live(const struct kvd_ns *ns, uint32_t node)
 {
 	const struct kvd_hold *h = &ns->holds.nodes[node];
 
-	return hold_find(&ns->holds, h->client, h->block) == node;
+	return hash_find(&ns->holds, h->client, h->block) == node;
 }
 
 void kvd_holder_init(struct kvd_holder *h, uint32_t slot)
 {
 	h->slot = slot;
 	h->head = KVD_NIL;
+	h->own_head = KVD_NIL;
 	h->nr_blocks = 0;
 	h->nr_refs = 0;
 	h->max_refs = 0;
@@ -621,15 +687,14 @@ int __kvd_ns_alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
 		ret = block_alloc(ns, &id);
 		if (ret)
 			goto err_unwind;
-		hold_add(&ns->holds, hr, id);
+		hold_add(ns, hr, id);
 		ids[i] = id;
 	}
 	return (int)nr;
 
 err_unwind:
 	while (i--) {
-		hold_del(&ns->holds, hr, hold_find(&ns->holds, hr->slot,
-						   ids[i]));
+		hold_del(ns, hr, ids[i]);
 		hr->nr_refs--;
 		kvd_block_put(ns, ids[i]);
 	}
@@ -643,29 +708,34 @@ err_unwind:
  * namespace, -EPERM for one the client does not hold (often enough).
  * Pass 1 takes the counts down and undoes on error; pass 2 frees.
  */
+#define RELEASE_AHEAD	8
+
 int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *hr,
 		   const uint32_t *ids, uint32_t nr)
 {
-	struct kvd_holds *hs = &ns->holds;
-	uint32_t i, h;
+	uint32_t i, *c;
 	int ret;
 
 	if (!nr)
 		return -EINVAL;
 	for (i = 0; i < nr; i++) {
+		/* ids are anywhere in the pool: start the misses early */
+		if (i + RELEASE_AHEAD < nr &&
+		    ids[i + RELEASE_AHEAD] < ns->max_blocks)
+			__builtin_prefetch(&ns->blocks[ids[i + RELEASE_AHEAD]]);
 		ret = -EINVAL;
 		if (ids[i] >= ns->max_blocks)
 			goto err_undo;
 		ret = -EPERM;
-		h = hold_find(hs, hr->slot, ids[i]);
-		if (h == KVD_NIL || hs->nodes[h].count == 0)
+		c = hold_count(ns, hr->slot, ids[i]);
+		if (!c || *c == 0)
 			goto err_undo;
-		hs->nodes[h].count--;
+		(*c)--;
 	}
 	for (i = 0; i < nr; i++) {
-		h = hold_find(hs, hr->slot, ids[i]);
-		if (h != KVD_NIL && hs->nodes[h].count == 0)
-			hold_del(hs, hr, h);
+		c = hold_count(ns, hr->slot, ids[i]);
+		if (c && *c == 0)
+			hold_del(ns, hr, ids[i]);
 		hr->nr_refs--;
 		kvd_block_put(ns, ids[i]);
 	}
@@ -673,7 +743,7 @@ int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *hr,
 
 err_undo:
 	while (i--)
-		hs->nodes[hold_find(hs, hr->slot, ids[i])].count++;
+		(*hold_count(ns, hr->slot, ids[i]))++;
 	return ret;
 }
 
@@ -685,16 +755,14 @@ err_undo:
 int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *hr, const uint32_t *ids,
 	       uint32_t nr)
 {
-	struct kvd_holds *hs = &ns->holds;
-	uint32_t i, h;
+	uint32_t i;
 
 	if (!nr)
 		return -EINVAL;
 	for (i = 0; i < nr; i++) {
 		if (ids[i] >= ns->max_blocks)
 			return -EINVAL;
-		h = hold_find(hs, hr->slot, ids[i]);
-		if (h == KVD_NIL)
+		if (!hold_count(ns, hr->slot, ids[i]))
 			return -EPERM;
 		if (ns->blocks[ids[i]].ref > KVD_REF_MAX - nr)
 			return -EOVERFLOW;
@@ -702,7 +770,7 @@ int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *hr, const uint32_t *ids,
 	if (!kvd_holder_room(hr, nr))
 		return -EDQUOT;
 	for (i = 0; i < nr; i++) {
-		hs->nodes[hold_find(hs, hr->slot, ids[i])].count++;
+		(*hold_count(ns, hr->slot, ids[i]))++;
 		ns->blocks[ids[i]].ref++;
 		hr->nr_refs++;
 	}
@@ -737,7 +805,7 @@ int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 	for (i = 0; i < nr && !ret; i++) {
 		if (ids[i] >= ns->max_blocks || ns->blocks[ids[i]].mark)
 			ret = -EINVAL;
-		else if (hold_find(&ns->holds, hr->slot, ids[i]) == KVD_NIL)
+		else if (!hold_count(ns, hr->slot, ids[i]))
 			ret = -EPERM;
 		else
 			ns->blocks[ids[i]].mark = true;
@@ -779,6 +847,17 @@ void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 	}
 }
 
+/* All @count refs of @hr on @block go at once. */
+static void hold_drop_all(struct kvd_ns *ns, struct kvd_holder *hr,
+			  uint32_t block, uint32_t count)
+{
+	hold_del(ns, hr, block);
+	hr->nr_refs -= count;
+	kvd_warn_on_once(ns->blocks[block].ref < count);
+	ns->blocks[block].ref -= count - 1;
+	kvd_block_put(ns, block);
+}
+
 /* Client gone: drop every ref it held, freeing what nobody else holds. */
 void kvd_ns_release_all(struct kvd_ns *ns, struct kvd_holder *hr)
 {
@@ -786,13 +865,12 @@ void kvd_ns_release_all(struct kvd_ns *ns, struct kvd_holder *hr)
 
 	while (hr->head != KVD_NIL) {
 		uint32_t i = hr->head;
-		uint32_t block = hs->nodes[i].block;
-		uint32_t count = hs->nodes[i].count;
 
-		hold_del(hs, hr, i);
-		hr->nr_refs -= count;
-		kvd_warn_on_once(ns->blocks[block].ref < count);
-		ns->blocks[block].ref -= count - 1;
-		kvd_block_put(ns, block);
+		hold_drop_all(ns, hr, hs->nodes[i].block, hs->nodes[i].count);
+	}
+	while (hr->own_head != KVD_NIL) {
+		uint32_t id = hr->own_head;
+
+		hold_drop_all(ns, hr, id, ns->blocks[id].own_refs);
 	}
 }

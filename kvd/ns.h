@@ -26,14 +26,33 @@ enum kvd_block_state {
  * Per-block books, like struct page: indexed by block id. Every block is
  * exactly one of free / held / cached; committed blocks (held or cached)
  * are in the prefix index under key, linked to their parent.
+ *
+ * The first client to hold a block is its owner: its refs are counted in
+ * the block itself (own_refs) and the block is on its owner's list, so
+ * the common case (one holder) touches no hash table. Other holders of a
+ * shared block are counted in struct kvd_holds. The unions are safe
+ * because the states exclude each other: next_free is for FREE blocks,
+ * the LRU links for ref-0 (CACHED) ones, own_refs and the owner links for
+ * held blocks with an owner.
  */
 struct kvd_block {
 	uint32_t	ref;
 	uint32_t	slab;		/* index into ns->slabs */
-	uint32_t	next_free;	/* slab free list link */
+	union {
+		uint32_t next_free;	/* FREE: slab free list link */
+		uint32_t own_refs;	/* owner != 0: the owner's refs */
+	};
 	uint32_t	parent;		/* committed parent, KVD_NIL for a root */
 	uint32_t	nr_children;	/* committed blocks whose parent this is */
-	uint32_t	lru_prev, lru_next;	/* on the LRU: cached leaves */
+	union {
+		struct {		/* on the LRU: cached leaves */
+			uint32_t lru_prev, lru_next;
+		};
+		struct {		/* owner != 0: the owner's list */
+			uint32_t own_prev, own_next;
+		};
+	};
+	uint32_t	owner;		/* client slot + 1, 0: no owner */
 	uint64_t	tick;		/* pool clock when last released */
 	uint32_t	hnext;		/* index chain: id + 1, 0 ends */
 	struct kv_hash	key;		/* index key (tenant secret mixed in) */
@@ -66,7 +85,8 @@ struct kvd_hold {
 struct kvd_holds {
 	struct kvd_hold	*nodes;
 	uint32_t	cap;
-	uint32_t	nr;
+	uint32_t	nr;		/* nodes in use */
+	uint32_t	owned;		/* holds counted in their block instead */
 	uint32_t	used;		/* nodes [0, used) were handed out once */
 	uint32_t	free_head;	/* returned nodes, linked by hnext */
 	uint32_t	*buckets;	/* node + 1, 0 = empty */
@@ -87,7 +107,8 @@ struct kvd_acct {
 /* What a client holds in its namespace; embedded in struct kvd_client. */
 struct kvd_holder {
 	uint32_t	slot;		/* client slot: key of its holds */
-	uint32_t	head;		/* first hold, KVD_NIL if none */
+	uint32_t	head;		/* first hold node, KVD_NIL if none */
+	uint32_t	own_head;	/* first block it owns, KVD_NIL if none */
 	uint32_t	nr_blocks;	/* distinct blocks */
 	uint32_t	nr_refs;
 	uint32_t	max_refs;	/* most refs it may hold, 0: no limit */

@@ -250,6 +250,28 @@ uint32_t kvd_prefix_evict_all(struct kvd_ns *ns)
 }
 
 /*
+ * The keys of the next @n (<= LOOKUP_AHEAD) hashes, with their buckets
+ * and first blocks prefetched: a prefix's blocks sit at random places in
+ * the index, so one at a time each lookup waits on two cache misses.
+ */
+#define LOOKUP_AHEAD	8
+
+static void lookup_ahead(struct kvd_ns *ns, const struct kv_hash *hashes,
+			 struct kv_hash *key, uint32_t n)
+{
+	uint32_t *b[LOOKUP_AHEAD];
+
+	for (uint32_t j = 0; j < n; j++) {
+		key[j] = key_of(ns, &hashes[j]);
+		b[j] = bucket(ns, &key[j]);
+		__builtin_prefetch(b[j]);
+	}
+	for (uint32_t j = 0; j < n; j++)
+		if (*b[j])
+			__builtin_prefetch(&ns->blocks[*b[j] - 1]);
+}
+
+/*
  * kvd_prefix_lookup - the longest committed prefix of @hashes: stops at
  * the first miss. Each hit gets a ref for @hr at once. Returns the hit
  * count h (ids in @ids[0..h)), or -ENOMEM when the hold table is full
@@ -258,15 +280,21 @@ uint32_t kvd_prefix_evict_all(struct kvd_ns *ns)
 int kvd_prefix_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
 		      const struct kv_hash *hashes, uint32_t nr, uint32_t *ids)
 {
+	struct kv_hash key[LOOKUP_AHEAD];
 	uint32_t h;
 
 	if (ns->holds.cap - ns->holds.nr < nr)
 		return -ENOMEM;
 	ns->lookups++;
 	for (h = 0; h < nr; h++) {
-		struct kv_hash key = key_of(ns, &hashes[h]);
-		uint32_t id = index_find(ns, &key);
+		uint32_t id, j = h % LOOKUP_AHEAD;
 
+		/* Keys and buckets a chunk ahead: their misses overlap. */
+		if (!j)
+			lookup_ahead(ns, hashes + h, key,
+				     nr - h < LOOKUP_AHEAD ? nr - h :
+				     LOOKUP_AHEAD);
+		id = index_find(ns, &key[j]);
 		/* a miss, the client's limit, or a block at KVD_REF_MAX */
 		if (id == KVD_NIL || !kvd_holder_room(hr, 1) ||
 		    __kvd_hold_get(ns, hr, id))
@@ -505,6 +533,7 @@ out:
 int kvd_ns_check(struct kvd_ns *ns, const char **why)
 {
 	uint32_t used = 0, cached = 0, committed = 0, on_lru = 0, n = 0;
+	uint32_t owned = 0;
 	uint32_t *refs = calloc(ns->max_blocks, sizeof(*refs));
 	uint32_t *kids = calloc(ns->max_blocks, sizeof(*kids));
 	int ret = -EUCLEAN;
@@ -521,6 +550,7 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 		if (h->count && __kvd_hold_live(ns, i))
 			refs[h->block] += h->count;
 	}
+
 	for (uint32_t s = 0; s < ns->slab_slots_used; s++) {
 		const struct kvd_slab *sl = &ns->slabs[s];
 		uint32_t nfree = sl->nr_blocks - sl->nr_carved;
@@ -529,6 +559,12 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 			uint32_t id = sl->first_block + i;
 			const struct kvd_block *b = &ns->blocks[id];
 
+			if (b->owner && (b->state != KVD_BLOCK_HELD ||
+					 !b->own_refs))
+				FAIL("a block has an owner but no ref of it");
+			if (b->owner)
+				refs[id] += b->own_refs;
+			owned += !!b->owner;
 			if (b->ref != refs[id])
 				FAIL("a block's ref differs from its holds");
 			if ((b->state == KVD_BLOCK_HELD) != (b->ref > 0))
@@ -570,6 +606,8 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 	if (used != ns->blocks_used || cached != ns->cached_blocks ||
 	    committed != ns->committed_blocks)
 		FAIL("block counters are wrong");
+	if (owned != ns->holds.owned)
+		FAIL("the count of owned blocks is wrong");
 	if (on_lru != ns->lru_len || n != on_lru)
 		FAIL("the LRU list and its length disagree");
 	ret = 0;

@@ -220,17 +220,29 @@ static void check_holders(unsigned n, const char *when)
 	}
 	for (unsigned i = 0; i < NR_CLIENTS; i++) {
 		const struct kvd_holder *h = &cl[i].holder;
+		uint32_t owned = 0;
 
 		if (client_ns[i] != n)
 			continue;
+		/* blocks it owns: their refs are counted in the block */
+		for (uint32_t id = h->own_head; id != KVD_NIL;
+		     id = s->blocks[id].own_next) {
+			if (s->blocks[id].owner != h->slot + 1 ||
+			    ++owned > s->max_blocks)
+				FUZZ_BUG("client %u %s: owner list broken at block %u",
+					 i, when, id);
+			refs[i] += s->blocks[id].own_refs;
+			blocks[i]++;
+		}
+		holds += owned;
 		if (refs[i] != h->nr_refs || blocks[i] != h->nr_blocks)
 			FUZZ_BUG("client %u %s: holder says %u refs on %u blocks, hold table %u on %u",
 				 i, when, h->nr_refs, h->nr_blocks, refs[i],
 				 blocks[i]);
 	}
-	if (holds != s->holds.nr)
+	if (holds != s->holds.nr + s->holds.owned)
 		FUZZ_BUG("namespace %u %s: %u holds in use, holders have %u",
-			 n, when, s->holds.nr, holds);
+			 n, when, s->holds.nr + s->holds.owned, holds);
 }
 
 /*

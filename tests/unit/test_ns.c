@@ -91,13 +91,13 @@ static void ns_up(struct ctx *t, uint32_t pages, const struct kv_geometry *g)
 /* What a prefix hit will do: @to takes one more ref on held block @id. */
 static void share(struct kvd_ns *ns, struct kvd_holder *to, uint32_t id)
 {
-	uint32_t i = hold_find(&ns->holds, to->slot, id);
+	uint32_t *c = hold_count(ns, to->slot, id);
 
 	assert_int_equal(ns->blocks[id].state, KVD_BLOCK_HELD);
-	if (i == KVD_NIL) {
-		hold_add(&ns->holds, to, id);
+	if (!c) {
+		hold_add(ns, to, id);
 	} else {
-		ns->holds.nodes[i].count++;
+		(*c)++;
 		to->nr_refs++;
 	}
 	ns->blocks[id].ref++;
@@ -416,7 +416,7 @@ static void test_ns_alloc_all_or_nothing(void **state)
 	assert_int_equal(t->ns.nr_slabs, 3);
 	assert_int_equal(t->ns.nr_blocks, 6);
 	assert_int_equal(t->ns.blocks_used, 5);
-	assert_int_equal(t->ns.holds.nr, 5);
+	assert_int_equal(t->ns.holds.nr + t->ns.holds.owned, 5);
 	assert_int_equal(t->h[1].nr_blocks, 0);
 	assert_int_equal(t->h[1].nr_refs, 0);
 	assert_int_equal(t->h[1].head, KVD_NIL);
@@ -718,7 +718,7 @@ static void test_ns_free_slab_returns_to_pool(void **state)
 	assert_int_equal(t->ns.nr_slabs, 0);
 	assert_int_equal(t->ns.nr_blocks, 0);
 	assert_int_equal(t->ns.blocks_used, 0);
-	assert_int_equal(t->ns.holds.nr, 0);
+	assert_int_equal(t->ns.holds.nr + t->ns.holds.owned, 0);
 	for (uint32_t i = 0; i < t->ns.max_blocks; i++)
 		assert_int_equal(t->ns.blocks[i].state, KVD_BLOCK_NONE);
 	/* The memory is there for the next slab (of any namespace). */
@@ -758,7 +758,7 @@ static void test_ns_release_all(void **state)
 	assert_int_equal(t->ns.blocks_used, 3);
 	assert_int_equal(t->h[1].nr_blocks, 3);
 	assert_int_equal(t->h[1].nr_refs, 4);
-	assert_int_equal(t->ns.holds.nr, 3);
+	assert_int_equal(t->ns.holds.nr + t->ns.holds.owned, 3);
 	assert_block_pages_used(&t->ns, a[0]);
 	/* Again: nothing left to drop. */
 	kvd_ns_release_all(&t->ns, &t->h[0]);
@@ -767,7 +767,7 @@ static void test_ns_release_all(void **state)
 	kvd_ns_release_all(&t->ns, &t->h[1]);
 	assert_int_equal(t->ns.blocks_used, 0);
 	assert_int_equal(t->ns.nr_slabs, 0);
-	assert_int_equal(t->ns.holds.nr, 0);
+	assert_int_equal(t->ns.holds.nr + t->ns.holds.owned, 0);
 	assert_int_equal(t->pool.pages_used, 0);
 }
 
@@ -825,7 +825,7 @@ static void model_check(const struct model *m)
 		assert_block_pages_used(ns, id);
 	}
 	assert_int_equal(ns->blocks_used, used);
-	assert_int_equal(ns->holds.nr, holds);
+	assert_int_equal(ns->holds.nr + ns->holds.owned, holds);
 	for (int h = 0; h < NR_HOLDERS; h++) {
 		assert_int_equal(m->t->h[h].nr_blocks, blocks[h]);
 		assert_int_equal(m->t->h[h].nr_refs, refs[h]);
