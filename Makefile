@@ -348,6 +348,10 @@ demo: all
 BENCH_WORKLOAD	?= ../shared/bench/shared_prompts.kvdtrc
 BENCH_BATCH	:= --private-kvd -p 1 -b 64 --min-tokens 16 --max-tokens 16 \
 		   -n 200000 --layers 1 --kv-heads 1 --head-dim 4
+# One SQE allocates, one releases a whole 8192-token (512-block) sequence;
+# the books only (--no-verify), as the figure is kvd's, not memset's.
+BENCH_SEQ	:= --private-kvd -p 1 -b 2 --min-tokens 8192 --max-tokens 8192 \
+		   -n 20000 --layers 1 --kv-heads 1 --head-dim 4 --no-verify
 bench: all
 	$(Q)rm -f $(O)/bench-*.json
 	@echo "  BENCH   round-trip floors"
@@ -362,6 +366,8 @@ bench: all
 	$(Q)$(O)/kvbench --redis --json $(O)/bench-redis.json
 	@echo "  BENCH   batched ALLOC+RELEASE"
 	$(Q)$(O)/kvbench $(BENCH_BATCH) -q --json $(O)/bench-batch.json
+	@echo "  BENCH   ALLOC+RELEASE of whole sequences"
+	$(Q)$(O)/kvbench $(BENCH_SEQ) -q --json $(O)/bench-seq.json
 	$(Q)$(O)/kvbench --bench-summary $(O)
 
 .PHONY: bench

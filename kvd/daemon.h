@@ -173,6 +173,7 @@ struct kvd {
 	int		lock_fds[2];
 	bool		stop;
 	uint64_t	last_work_ns;	/* when a ring last had work (loop.c) */
+	bool		served;		/* served since last_work_ns was read */
 	bool		doomed;		/* some client has ->doomed set */
 	bool		socket_bound, admin_bound;
 	uint64_t	start_ns;

@@ -373,8 +373,12 @@ static bool drain_rings(struct kvd *d)
 			if (j >= d->nr_clients)
 				continue;	/* shrank under us */
 			c = &d->clients[d->live[j]];
-			/* Awake now: clients need not ring (see ring.c). */
-			kv_atomic_andnot(c->sq_kflags, KV_SQ_NEED_WAKEUP);
+			/* Awake now: clients need not ring (see ring.c).
+			 * Only kvd sets the bit: test first, so that a busy
+			 * ring's flags line is not written on every pass. */
+			if (KV_READ_ONCE(*c->sq_kflags) & KV_SQ_NEED_WAKEUP)
+				kv_atomic_andnot(c->sq_kflags,
+						 KV_SQ_NEED_WAKEUP);
 			n = kvd_ring_process(d, c, d->cfg.sq_budget);
 			if (n < 0)
 				kvd_client_kill(d, c, "corrupt ring indices");
@@ -392,6 +396,9 @@ static bool rings_pending(struct kvd *d)
 	for (uint32_t j = 0; j < d->nr_clients; j++) {
 		struct kvd_client *c = &d->clients[d->live[j]];
 
+		/* The next SQE's line with the tail's: the client writes
+		 * both, so their misses overlap instead of queueing. */
+		__builtin_prefetch(&c->sqes[c->sq_head & (c->sq_entries - 1)]);
 		if (!c->waiting && !c->cqe_deferred &&
 		    kv_smp_load_acquire(c->sq_ktail) != c->sq_head)
 			return true;
@@ -405,14 +412,17 @@ static bool rings_pending(struct kvd *d)
  * submitting, NEED_WAKEUP stays clear and nobody makes a system call.
  * Backs off from pause to sched_yield() so that on a small machine the
  * engines kvd waits for still get the CPU. True when work arrived.
+ * @served: this pass served something, so the window starts again; the
+ * clock is first read 16 polls in, as a request answered within them (a
+ * busy ring) should not pay for a clock read.
  */
-static bool poll_rings(struct kvd *d)
+static bool poll_rings(struct kvd *d, bool served)
 {
-	uint64_t end;
+	uint64_t now;
 
 	if (!d->cfg.poll_us)
 		return false;
-	end = d->last_work_ns + d->cfg.poll_us * 1000ULL;
+	d->served |= served;	/* until the clock is read */
 	for (unsigned i = 1;; i++) {
 		if (rings_pending(d))
 			return true;
@@ -420,7 +430,14 @@ static bool poll_rings(struct kvd *d)
 			kv_cpu_relax();
 		else
 			sched_yield();
-		if (!(i & 15) && kvd_now_ns() >= end)
+		if (i & 15)
+			continue;
+		now = kvd_now_ns();
+		if (d->served) {
+			d->served = false;
+			d->last_work_ns = now;
+		}
+		if (now >= d->last_work_ns + d->cfg.poll_us * 1000ULL)
 			return false;
 	}
 }
@@ -479,9 +496,7 @@ int kvd_loop_run(struct kvd *d)
 		ret = d->loop->wait(d, busy);
 		if (ret)
 			return ret;
-		if (drain_rings(d))
-			d->last_work_ns = kvd_now_ns();
-		busy = poll_rings(d) || prepare_sleep(d);
+		busy = poll_rings(d, drain_rings(d)) || prepare_sleep(d);
 	}
 	return 0;
 }

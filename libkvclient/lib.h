@@ -38,6 +38,7 @@ struct kv_client {
 	uint64_t	spin_ns;	/* poll window before sleeping (queue.c) */
 	uint64_t	spin_cur_ns;	/* the window now: halves when spinning
 					 * did not catch the reply */
+	bool		woke_kvd;	/* rang the doorbell since the last spin */
 	uint32_t	spin_skips;	/* waits since spinning was turned off */
 	uint64_t	syscalls;	/* system calls made for this client */
 
