@@ -116,6 +116,7 @@ struct kvd_client {
 	uint32_t	sq_entries, cq_entries;
 	uint32_t	sq_head;	/* local copies of what kvd owns */
 	uint32_t	cq_tail;
+	uint32_t	cq_head_seen;	/* cq head when last read (ring.c) */
 	bool		cq_stalled;	/* left SQEs for lack of CQ room */
 
 	struct kvd_ns	*ns;

@@ -167,7 +167,13 @@ static int send_extent(struct kvd *d, struct kvd_client *c, uint32_t e,
 static int ext_news(const struct kvd *d, const struct kvd_client *c,
 		    uint32_t e)
 {
-	bool ours = d->pool.ext_owner[e] == c->tenant && d->ext_fd[e] >= 0;
+	int32_t owner = d->pool.ext_owner[e];
+	/* A free extent whose bytes are its tenant's stays mapped: taken
+	 * again by that tenant, it needs no message (kvd_extent_claim). */
+	bool ours = d->ext_fd[e] >= 0 &&
+		    (owner == (int32_t)c->tenant ||
+		     (owner == KVD_EXT_FREE &&
+		      d->pool.ext_last[e] == (int32_t)c->tenant));
 
 	if (ours)
 		return c->ext_sent[e] != d->ext_gen[e];
@@ -257,7 +263,11 @@ int kvd_extent_claim(struct kvd_pool *pool, uint32_t e, int32_t owner)
 				strerror(-ret));
 	}
 	d->ext_idle[e] = 0;
-	d->ext_epoch++;		/* a new owner: its clients need it */
+	/* A new owner: its clients need it. Back to the tenant whose
+	 * bytes it holds, it is news to nobody (ext_news), and a client
+	 * allocating one block at a time is not rescanned every time. */
+	if (pool->ext_last[e] != owner)
+		d->ext_epoch++;
 	if (dropped)
 		extents_drop_all(d);
 	/* To the client: kvd could not get the memory, whatever the cause. */

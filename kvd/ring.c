@@ -97,6 +97,7 @@ int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
 	c->cq_entries = cq_entries;
 	c->sq_head = 0;
 	c->cq_tail = 0;
+	c->cq_head_seen = 0;
 	c->cq_stalled = false;
 	c->waiting = false;
 	c->cqe_deferred = false;
@@ -124,14 +125,19 @@ void kvd_ring_teardown(struct kvd_client *c)
 /* Room for one more CQE? Sets KV_SQ_CQ_FULL when there is none. */
 static bool cq_has_room(struct kvd_client *c)
 {
-	/* D4: pairs with the client's release of cq_head (C4). */
-	uint32_t head = kv_smp_load_acquire(c->cq_khead);
+	uint32_t head;
 
+	/* A stale head only undercounts the room: the client's line is
+	 * read when the CQ looks full, not on every completion. */
+	if (c->cq_tail - c->cq_head_seen < c->cq_entries)
+		return true;
+	/* D4: pairs with the client's release of cq_head (C4). */
+	head = c->cq_head_seen = kv_smp_load_acquire(c->cq_khead);
 	if (c->cq_tail - head < c->cq_entries)
 		return true;
 	kv_atomic_or(c->sq_kflags, KV_SQ_CQ_FULL);
 	kv_smp_mb();	/* D7: pairs with C7 */
-	head = kv_smp_load_acquire(c->cq_khead);
+	head = c->cq_head_seen = kv_smp_load_acquire(c->cq_khead);
 	if (c->cq_tail - head < c->cq_entries) {
 		kv_atomic_andnot(c->sq_kflags, KV_SQ_CQ_FULL);
 		return true;

@@ -43,6 +43,8 @@ struct kv_client {
 	uint64_t	syscalls;	/* system calls made for this client */
 
 	uint32_t	*sq_khead, *sq_ktail, *sq_kflags;
+	uint32_t	sq_head_seen;	/* sq_khead when last read: kvd's line,
+					 * read again only when the SQ looks full */
 	uint32_t	*cq_khead, *cq_ktail, *cq_kflags;
 	struct kv_sqe	*sqes;
 	struct kv_cqe	*cqes;

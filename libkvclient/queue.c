@@ -33,8 +33,13 @@ struct kv_sqe *kv_get_sqe(struct kv_client *c)
 {
 	struct kv_sqe *sqe;
 
-	if (c->sq_tail - kv_smp_load_acquire(c->sq_khead) >= c->sq_entries)
-		return NULL;
+	/* A stale head only undercounts the room: read kvd's line (C2)
+	 * when the SQ looks full, not on every request. */
+	if (c->sq_tail - c->sq_head_seen >= c->sq_entries) {
+		c->sq_head_seen = kv_smp_load_acquire(c->sq_khead);
+		if (c->sq_tail - c->sq_head_seen >= c->sq_entries)
+			return NULL;
+	}
 	sqe = &c->sqes[c->sq_tail & (c->sq_entries - 1)];
 	c->sq_tail++;
 	memset(sqe, 0, sizeof(*sqe));

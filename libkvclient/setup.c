@@ -173,6 +173,7 @@ static int map_ring(struct kv_client *c, const struct kv_welcome *w)
 	c->sq_entries = o->sq_entries;
 	c->cq_entries = o->cq_entries;
 	c->sq_tail = c->sq_submitted = KV_READ_ONCE(*c->sq_ktail);
+	c->sq_head_seen = kv_smp_load_acquire(c->sq_khead);
 	return 0;
 }
 
