@@ -67,19 +67,21 @@ enum fl_kind {
 	FL_ALLOC,
 	FL_RELEASE,
 	FL_ALLOC_RELEASE,
+	FL_ALLOC_RELEASE_1RT,
 	FL_NOP_IDLE,
 	FL_NR,
 };
 
 static const char *const fl_name[FL_NR] = {
 	"spin", "eventfd", "seqpacket", "eventfd_idle", "nop", "alloc",
-	"release", "alloc_release", "nop_idle",
+	"release", "alloc_release", "alloc_release_1rt", "nop_idle",
 };
 
 static const char *const fl_label[FL_NR] = {
 	"shm, both spin", "eventfd wake, client spins", "SOCK_SEQPACKET",
 	"eventfd after 50 ms idle", "kvd NOP", "kvd ALLOC 1 block",
-	"kvd RELEASE 1 block", "kvd ALLOC+RELEASE", "kvd NOP after 50 ms idle",
+	"kvd RELEASE 1 block", "kvd ALLOC+RELEASE", "kvd ALLOC+RELEASE, 1 trip",
+	"kvd NOP after 50 ms idle",
 };
 
 /* Wait for *seq to become @want; yields only if spinning is hopeless. */
@@ -255,6 +257,46 @@ out_unmap:
 	return ret;
 }
 
+/*
+ * ALLOC+RELEASE in one round trip, as an engine step frees one block and
+ * takes another: RELEASE of the block the last trip allocated and ALLOC
+ * of the next, two SQEs behind one submit. Ids at data offsets 0 and 64.
+ */
+static int fl_kvd_pair_trips(struct kv_client *c, unsigned iters,
+			     struct bench_lat *lat)
+{
+	uint64_t t0, t1, end = bench_now_ns() + FL_PHASE_NS;
+	kv_block_t *rel = kv_data_ptr(c, 0, sizeof(kv_block_t));
+	kv_block_t *got = kv_data_ptr(c, 64, sizeof(kv_block_t));
+	struct kv_cqe *cqes[2];
+	struct kv_sqe *sqe;
+
+	if (!rel || !got || kv_alloc(c, 1, got) != 1)
+		return -1;
+	for (unsigned i = 0; i < FL_WARMUP + iters; i++) {
+		t0 = bench_now_ns();
+		*rel = *got;
+		if (!(sqe = kv_get_sqe(c)))
+			return -1;
+		kv_prep_release(sqe, 0, 1);
+		if (!(sqe = kv_get_sqe(c)))
+			return -1;
+		kv_prep_alloc(sqe, 1, 64);
+		if (kv_submit_and_wait(c, 2) < 0 ||
+		    kv_peek_batch_cqe(c, cqes, 2) != 2 || cqes[0]->res != 1 ||
+		    cqes[1]->res != 1)
+			return -1;
+		kv_cq_advance(c, 2);
+		t1 = bench_now_ns();
+		if (i < FL_WARMUP)
+			continue;
+		bench_lat_add(lat, t1 - t0);
+		if (t1 > end)
+			break;
+	}
+	return kv_release(c, got, 1) == 1 ? 0 : -1;
+}
+
 /* kvd's round trips, synchronous API, on one client. */
 static int fl_kvd_trips(struct kv_client *c, unsigned iters,
 			struct bench_lat *lat)
@@ -289,6 +331,8 @@ static int fl_kvd_trips(struct kv_client *c, unsigned iters,
 		if (t2 > end)
 			break;
 	}
+	if (fl_kvd_pair_trips(c, iters, &lat[FL_ALLOC_RELEASE_1RT]))
+		return -1;
 	for (unsigned i = 0; i < lat[FL_NOP_IDLE].cap; i++) {
 		usleep(FL_IDLE_US);
 		t0 = bench_now_ns();
