@@ -347,12 +347,14 @@ demo: all
 # the JSON reports stay in $(O)/bench-*.json, the last step sums them up.
 BENCH_WORKLOAD	?= ../shared/bench/shared_prompts.kvdtrc
 BENCH_BATCH	:= --private-kvd -p 1 -b 64 --min-tokens 16 --max-tokens 16 \
-		   -n 200000 --layers 1 --kv-heads 1 --head-dim 4
+		   -n 200000 --layers 1 --kv-heads 1 --head-dim 4 --perf-stat
 # One SQE allocates, one releases a whole 8192-token (512-block) sequence;
 # the books only (--no-verify), as the figure is kvd's, not memset's.
 BENCH_SEQ	:= --private-kvd -p 1 -b 2 --min-tokens 8192 --max-tokens 8192 \
-		   -n 20000 --layers 1 --kv-heads 1 --head-dim 4 --no-verify
+		   -n 20000 --layers 1 --kv-heads 1 --head-dim 4 --no-verify \
+		   --perf-stat
 bench: all
+	$(Q)sh scripts/install-deps.sh --bench
 	$(Q)rm -f $(O)/bench-*.json
 	@echo "  BENCH   round-trip floors"
 	$(Q)$(O)/kvbench --floor --json $(O)/bench-floor.json

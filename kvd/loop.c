@@ -410,15 +410,20 @@ static bool rings_pending(struct kvd *d)
  * After serving, poll the rings for cfg.poll_us before sleeping, as
  * io_uring's SQPOLL thread idles before it sleeps: while clients keep
  * submitting, NEED_WAKEUP stays clear and nobody makes a system call.
- * Backs off from pause to sched_yield() so that on a small machine the
- * engines kvd waits for still get the CPU. True when work arrived.
+ * Backs off from pause to sched_yield() after POLL_PAUSE_NS so that on a
+ * small machine the engines kvd waits for still get the CPU; not sooner,
+ * as an engine that reaps and submits within it (a batch step) should
+ * cost kvd no system call. True when work arrived.
  * @served: this pass served something, so the window starts again; the
  * clock is first read 16 polls in, as a request answered within them (a
  * busy ring) should not pay for a clock read.
  */
-static bool poll_rings(struct kvd *d, bool served)
+#define POLL_PAUSE_NS	10000ULL
+
+static bool poll_rings(struct kvd *d, bool served, bool slept)
 {
 	uint64_t now;
+	bool yield = false;
 
 	if (!d->cfg.poll_us)
 		return false;
@@ -426,10 +431,16 @@ static bool poll_rings(struct kvd *d, bool served)
 	for (unsigned i = 1;; i++) {
 		if (rings_pending(d))
 			return true;
-		if (i < 64)
-			kv_cpu_relax();
-		else
+		/*
+		 * Woken from sleep by a client, which may wait for the
+		 * answer on this very CPU: yield at every poll at first.
+		 * Else one yield every 16 polls: the CPU goes to whoever
+		 * wants it, without a system call per poll when nobody does.
+		 */
+		if (slept || (yield && !(i & 15)))
 			sched_yield();
+		else
+			kv_cpu_relax();
 		if (i & 15)
 			continue;
 		now = kvd_now_ns();
@@ -439,6 +450,8 @@ static bool poll_rings(struct kvd *d, bool served)
 		}
 		if (now >= d->last_work_ns + d->cfg.poll_us * 1000ULL)
 			return false;
+		yield = now >= d->last_work_ns + POLL_PAUSE_NS;
+		slept = slept && !yield;
 	}
 }
 
@@ -496,7 +509,8 @@ int kvd_loop_run(struct kvd *d)
 		ret = d->loop->wait(d, busy);
 		if (ret)
 			return ret;
-		busy = poll_rings(d, drain_rings(d)) || prepare_sleep(d);
+		busy = poll_rings(d, drain_rings(d), !busy) ||
+		       prepare_sleep(d);
 	}
 	return 0;
 }

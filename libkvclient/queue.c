@@ -204,25 +204,28 @@ static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline)
 	/*
 	 * We just woke kvd: the scheduler often queues it on this very CPU
 	 * (wake-affine), where pausing would keep it from running for the
-	 * whole pause phase. Yield from the start instead.
+	 * whole pause phase. Yield at every poll instead.
 	 */
-	bool yield = c->woke_kvd;
+	bool woke = c->woke_kvd, yield = woke;
 
 	c->woke_kvd = false;
-	for (unsigned i = 1;; i++) {
+	for (unsigned i = 0;; i++) {
 		/* Fetch the next CQE's line with the tail's: kvd writes
 		 * both, and one miss then costs what two in a row would. */
 		__builtin_prefetch(&c->cqes[KV_READ_ONCE(*c->cq_khead) &
 					    (c->cq_entries - 1)]);
 		if (cq_ready(c) >= want)
 			return true;
-		if (!yield) {
-			kv_cpu_relax();
-		} else {
+		/* once every 32 polls: the CPU goes to whoever wants it,
+		 * without a system call per poll when nobody does; every
+		 * poll while kvd wakes (it may wait for this CPU) */
+		if (woke || (yield && !(i & 31))) {
 			c->syscalls++;
 			sched_yield();
+		} else {
+			kv_cpu_relax();
 		}
-		if (i & 31)
+		if (!i || (i & 31))
 			continue;
 		__kv_extents_pending(c);
 		/* The window starts at the first clock read, 32 polls in:

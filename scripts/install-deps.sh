@@ -1,12 +1,15 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Install the Debian packages kvd builds and tests with, when missing.
-# Run by make (once, stamp in build/) and by .ci/run.
+# Run by make (once, stamp in build/) and by .ci/run; `make bench` runs
+# it with --bench.
 set -eu
 
 PKGS="build-essential clang libclang-rt-dev pkg-config liburing-dev \
 libjemalloc-dev libcmocka-dev libxxhash-dev libssl-dev libjson-c-dev mandoc jq \
 binutils"
+# --bench: what `make bench` compares kvd with, too (kvbench --redis).
+[ "${1:-}" = "--bench" ] && PKGS="$PKGS redis-server"
 
 missing=""
 for p in $PKGS; do

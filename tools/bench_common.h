@@ -112,6 +112,32 @@ void bench_close(const struct bench_opts *o, struct bench_kvd *k,
 		 struct kv_client *c);
 
 /* bench_main.c: samples and their percentiles. */
+/*
+ * kvbench --perf-stat (bench_perf.c): kvd's own system calls, page faults
+ * and context switches over a run, from perf stat attached to its pid.
+ */
+enum {
+	BENCH_PERF_SYSCALLS,
+	BENCH_PERF_FAULTS,
+	BENCH_PERF_CSW,
+	BENCH_PERF_NR,
+};
+
+struct bench_perf_counts {
+	uint64_t	v[BENCH_PERF_NR];
+	bool		have[BENCH_PERF_NR];
+};
+
+struct bench_perf {
+	pid_t		pid;		/* perf, -1 when none */
+	int		ctl, ack;	/* its --control pipes */
+	char		dir[64];
+	char		path[96];	/* its CSV report */
+};
+
+int bench_perf_start(struct bench_perf *p, pid_t target, const char **why);
+int bench_perf_stop(struct bench_perf *p, struct bench_perf_counts *c);
+
 int bench_lat_init(struct bench_lat *l, size_t cap);
 void bench_lat_free(struct bench_lat *l);
 static inline void bench_lat_add(struct bench_lat *l, uint64_t ns)

@@ -198,6 +198,28 @@ static void sum_batch(struct kv_emit *e, struct json_object *b,
 		     isnan(v) ? -1 : v >= GOAL_BATCH_BLOCKS_S);
 }
 
+/* System calls per op on each side of the ring (report only). */
+static void sum_syscalls(struct kv_emit *e, struct json_object *b,
+			 const char *metric)
+{
+	double cl = sum_num(b, "kvbench.results.syscalls_per_op");
+	double kvd = sum_num(b, "kvbench.results.kvd_syscalls_per_op");
+	double pf = sum_num(b, "kvbench.results.kvd_page_faults_per_op");
+	char value[48], ratio[48];
+
+	if (isnan(cl))
+		snprintf(value, sizeof(value), "not run");
+	else if (isnan(kvd))
+		snprintf(value, sizeof(value), "%.4f / -", cl);
+	else
+		snprintf(value, sizeof(value), "%.4f / %.4f", cl, kvd);
+	if (isnan(pf))
+		snprintf(ratio, sizeof(ratio), "-");
+	else
+		snprintf(ratio, sizeof(ratio), "kvd faults/op %.5f", pf);
+	sum_row_emit(e, metric, value, ratio, "report only", -1);
+}
+
 static void sum_hash(struct kv_emit *e, struct json_object *h)
 {
 	struct json_object *hash = NULL;
@@ -248,6 +270,8 @@ int bench_summary(const struct bench_opts *o)
 		     GOAL_NOP_VS_SPIN);
 	sum_vs_floor(&e, fl, "ALLOC+RELEASE 1 block p50 (2 trips)",
 		     "alloc_release", "spin", "spin", GOAL_AR_VS_SPIN);
+	sum_vs_floor(&e, fl, "ALLOC+RELEASE 1 block p50 (1 trip)",
+		     "alloc_release_1rt", "spin", "spin", GOAL_AR_VS_SPIN);
 	/* Against the eventfd floor after the same 50 ms of idle: a
 	 * halted vCPU's wake-up is the machine's, not kvd's. */
 	sum_vs_floor(&e, fl, "NOP to a kvd idle 50 ms p50", "nop_idle",
@@ -256,6 +280,8 @@ int bench_summary(const struct bench_opts *o)
 	sum_redis(&e, f.redis);
 	sum_batch(&e, f.batch, "batched ALLOC+RELEASE (64 SQEs of 1 block)");
 	sum_batch(&e, f.seq, "ALLOC+RELEASE of whole 512-block sequences");
+	sum_syscalls(&e, f.batch, "syscalls/op client / kvd (64 SQEs)");
+	sum_syscalls(&e, f.seq, "syscalls/op client / kvd (sequences)");
 	sum_hash(&e, f.hash);
 	kv_emit_table_end(&e);
 	kv_emit_obj_end(&e);

@@ -165,6 +165,7 @@ struct opts {
 	const char	*dtype_name;
 	bool		quant_given;
 	bool		no_verify;	/* books only: no block bytes touched */
+	bool		perf_stat;	/* kvd's counts from perf stat */
 	unsigned	procs;
 	unsigned	requests;
 	unsigned	min_tokens;
@@ -377,6 +378,8 @@ struct agg {
 	void		*reply;		/* KV_ADMIN_REPLY_MAX bytes */
 	struct kv_admin_status st0, st1;	/* before and after the run */
 	bool		have_st1;
+	struct bench_perf_counts perf;	/* --perf-stat: kvd's, over the run */
+	bool		have_perf;
 	struct kvb_series ts;
 };
 
@@ -431,6 +434,7 @@ enum {
 	OPT_ADMIN_SOCKET,
 	OPT_PRIVATE_KVD,
 	OPT_NO_VERIFY,
+	OPT_PERF_STAT,
 	OPT_KVD,
 };
 
@@ -476,6 +480,7 @@ static const struct option long_opts[] = {
 	{ "admin-socket", required_argument, NULL, OPT_ADMIN_SOCKET },
 	{ "private-kvd",  optional_argument, NULL, OPT_PRIVATE_KVD },
 	{ "no-verify",	  no_argument,	     NULL, OPT_NO_VERIFY },
+	{ "perf-stat",	  no_argument,	     NULL, OPT_PERF_STAT },
 	{ "kvd",	  required_argument, NULL, OPT_KVD },
 	{ "quiet",	  no_argument,	     NULL, 'q' },
 	{ "help",	  no_argument,	     NULL, 'h' },
@@ -509,6 +514,8 @@ static void usage(FILE *f)
 "      --quant Q          fp8/int8 scales: token (default), channel or none\n"
 "      --no-verify        do not write or check block bytes: measure kvd's\n"
 "                         books only (as a block manager benchmark does)\n"
+"      --perf-stat        count kvd's system calls, page faults and context\n"
+"                         switches during the run (perf stat on its pid)\n"
 "      --model NAME       model id (default kvbench)\n"
 "      --json FILE        also write the report as JSON to FILE\n"
 "  -q, --quiet            no report on stdout (errors still on stderr)\n"
@@ -826,6 +833,9 @@ static int parse_one(struct opts *o, int opt, const char *arg)
 	case OPT_NO_VERIFY:
 		o->no_verify = true;
 		return 0;
+	case OPT_PERF_STAT:
+		o->perf_stat = true;
+		return 0;
 	case OPT_PRIVATE_KVD:
 		o->private_pool = arg ? arg : BENCH_PRIVATE_POOL;
 		return 0;
@@ -957,6 +967,9 @@ static int opts_finish(struct opts *o)
 	uint64_t data;
 
 	if (check_mode(o) || quant_setup(o))
+		return -1;
+	/* --perf-stat asks kvd for its pid (KV_ADMIN_STATUS) */
+	if (o->perf_stat && !o->private_pool && admin_default(o))
 		return -1;
 	/* Alloc mode: one model, the one of --model and the geometry. */
 	snprintf(o->mdl[0].id, sizeof(o->mdl[0].id), "%s", o->model);
@@ -2613,6 +2626,26 @@ static int monitor_begin(const struct opts *o, struct agg *a)
 	return o->sample_ms ? series_begin(o, a) : 0;
 }
 
+/* --perf-stat: attach perf stat to kvd just before the start. */
+static bool perf_begin(const struct opts *o, struct agg *a,
+		       struct bench_perf *perf)
+{
+	struct kv_admin_status st;
+	const char *why = "kvd's pid is unknown";
+	int ret;
+
+	if (!o->perf_stat)
+		return false;
+	ret = admin_status(o, a, &st);
+	if (ret >= 0)
+		ret = bench_perf_start(perf, (pid_t)st.pid, &why);
+	if (!ret)
+		return true;
+	fprintf(stderr, "kvbench: --perf-stat: %s (%s); no kvd counts\n",
+		why, strerror(-ret));
+	return false;
+}
+
 /*
  * Fork all, wait until each is connected, start them together, collect.
  * Returns 0 when all ran fine, 1 when one failed, -1 when none started.
@@ -2621,6 +2654,8 @@ static int run_children(const struct opts *o, struct child *ch,
 			struct agg *a)
 {
 	unsigned started = 0, ready = 0;
+	struct bench_perf perf;
+	bool perf_on;
 	int go[2];
 	char b;
 
@@ -2642,10 +2677,13 @@ static int run_children(const struct opts *o, struct child *ch,
 		ready = 0;
 	if (!a->t_go)
 		a->t_go = now_ns();
+	perf_on = ready == o->procs && perf_begin(o, a, &perf);
 	release_all(go[1], started, ready == o->procs ? 'g' : 'a');
 	close(go[1]);
 	if (ready == o->procs)
 		collect_all(o, a, ch, started);
+	if (perf_on)
+		a->have_perf = !bench_perf_stop(&perf, &a->perf);
 	if (ready == o->procs && o->sample_ms)
 		series_end(o, a);
 	if (reap_all(ch, started) || ready < o->procs) {
@@ -2787,6 +2825,25 @@ static void emit_config(struct kv_emit *e, const struct opts *o,
 	kv_emit_obj_end(e);
 }
 
+/* kvd's own counts over the run (--perf-stat), per op. */
+static void emit_perf(struct kv_emit *e, const struct bench_perf_counts *c,
+		      uint64_t ops)
+{
+	static const char *const key[BENCH_PERF_NR] = {
+		"kvd_syscalls_per_op", "kvd_page_faults_per_op",
+		"kvd_context_switches_per_op",
+	};
+	static const char *const label[BENCH_PERF_NR] = {
+		"kvd system calls per op", "kvd page faults per op",
+		"kvd context switches per op",
+	};
+
+	for (int k = 0; k < BENCH_PERF_NR; k++)
+		if (c->have[k])
+			kv_emit_f64(e, key[k], label[k],
+				    ops ? (double)c->v[k] / (double)ops : 0);
+}
+
 static void emit_results(struct kv_emit *e, const struct agg *a)
 {
 	const struct kvb_result *s = &a->sum;
@@ -2810,6 +2867,8 @@ static void emit_results(struct kv_emit *e, const struct agg *a)
 	/* the ring's promise: no system call per op while both are busy */
 	kv_emit_f64(e, "syscalls_per_op", "client system calls per op",
 		    ops ? (double)s->syscalls / (double)ops : 0);
+	if (a->have_perf)
+		emit_perf(e, &a->perf, ops);
 	kv_emit_u64(e, "enospc", "ALLOC -ENOSPC", s->enospc);
 	kv_emit_u64(e, "forced", "forced releases", s->forced);
 	kv_emit_u64(e, "enospc_waits", "waits for room", s->waits);
@@ -3648,7 +3707,7 @@ static int probe(const struct opts *o, struct agg *a)
 		if (ret)
 			return ret;
 	}
-	if (!o->sample_ms)
+	if (!o->sample_ms && !o->perf_stat)
 		return 0;
 	a->reply = malloc(KV_ADMIN_REPLY_MAX);
 	if (!a->reply) {
@@ -3657,7 +3716,7 @@ static int probe(const struct opts *o, struct agg *a)
 	}
 	ret = admin_status(o, a, &st);
 	if (ret < 0) {
-		fprintf(stderr, "kvbench: admin socket %s: %s (the time series needs it; see --admin-socket)\n",
+		fprintf(stderr, "kvbench: admin socket %s: %s (the time series and --perf-stat need it; see --admin-socket)\n",
 			o->admin_path, strerror(-ret));
 		return 1;
 	}
