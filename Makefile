@@ -346,7 +346,7 @@ demo: all
 # never fail on a timing. Each starts its own kvd (kvbench(8) BENCHMARKS);
 # the JSON reports stay in $(O)/bench-*.json, the last step sums them up.
 BENCH_WORKLOAD	?= ../shared/bench/shared_prompts.kvdtrc
-BENCH_BATCH	:= --private-kvd -p 1 -b 64 --min-tokens 16 --max-tokens 16 \
+BENCH_BATCH	:= --private-kvd -p 1 -b 256 --min-tokens 16 --max-tokens 16 \
 		   -n 200000 --layers 1 --kv-heads 1 --head-dim 4 --perf-stat
 # One SQE allocates, one releases a whole 8192-token (512-block) sequence;
 # the books only (--no-verify), as the figure is kvd's, not memset's.

@@ -4,8 +4,8 @@
  * from the JSON reports the benchmarks wrote into DIR:
  * bench-floor.json (--floor), bench-hash.json (--hash-bench),
  * bench-workload.json (--workload), bench-redis.json (--redis) and
- * bench-batch.json and bench-seq.json (batched ALLOC+RELEASE: 64 SQEs of
- * one block per doorbell, and one SQE per 512-block sequence). Each row gives
+ * bench-batch.json and bench-seq.json (batched ALLOC+RELEASE: 256 SQEs
+ * of one block per doorbell, and one SQE per 512-block sequence). Each row gives
  * a figure, its ratio to what it is judged against, and the goal of
  * project issue 8. A goal missed is reported, never failed: benchmarks
  * on a shared machine are not tests.
@@ -185,14 +185,26 @@ static void sum_redis(struct kv_emit *e, struct json_object *r)
 		     isnan(ratio_v) ? -1 : ratio_v >= GOAL_LOOKUP_VS_REDIS);
 }
 
+/*
+ * Blocks/s of a batched run: while kvd serves (submit to last CQE, what
+ * one daemon core does; the goal's figure) where the report has it, and
+ * end to end (client work between batches included).
+ */
 static void sum_batch(struct kv_emit *e, struct json_object *b,
 		      const char *metric)
 {
-	double v = sum_num(b, "kvbench.results.blocks_per_s");
-	char value[32], ratio[48], g[32];
+	double all = sum_num(b, "kvbench.results.blocks_per_s");
+	double serve = sum_num(b, "kvbench.results.serve_blocks_per_s");
+	double v = isnan(serve) ? all : serve;
+	char value[32], ratio[64], g[32], rate[32];
 
 	fmt_rate(value, sizeof(value), v, "blk/s");
-	fmt_ratio(ratio, sizeof(ratio), v / GOAL_BATCH_BLOCKS_S, "the goal");
+	fmt_rate(rate, sizeof(rate), all, "");
+	if (isnan(v))
+		snprintf(ratio, sizeof(ratio), "-");
+	else
+		snprintf(ratio, sizeof(ratio), "%.2fx goal; %s end to end",
+			 v / GOAL_BATCH_BLOCKS_S, rate);
 	snprintf(g, sizeof(g), ">= %.0f M blk/s", GOAL_BATCH_BLOCKS_S / 1e6);
 	sum_row_emit(e, metric, value, ratio, g,
 		     isnan(v) ? -1 : v >= GOAL_BATCH_BLOCKS_S);
@@ -278,9 +290,9 @@ int bench_summary(const struct bench_opts *o)
 		     "eventfd_idle", "eventfd", GOAL_WAKE_VS_EVENTFD);
 	sum_workload(&e, f.workload);
 	sum_redis(&e, f.redis);
-	sum_batch(&e, f.batch, "batched ALLOC+RELEASE (64 SQEs of 1 block)");
+	sum_batch(&e, f.batch, "ALLOC+RELEASE, 256 one-block SQEs/batch");
 	sum_batch(&e, f.seq, "ALLOC+RELEASE of whole 512-block sequences");
-	sum_syscalls(&e, f.batch, "syscalls/op client / kvd (64 SQEs)");
+	sum_syscalls(&e, f.batch, "syscalls/op client / kvd (256 SQEs)");
 	sum_syscalls(&e, f.seq, "syscalls/op client / kvd (sequences)");
 	sum_hash(&e, f.hash);
 	kv_emit_table_end(&e);
