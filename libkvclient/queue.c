@@ -161,14 +161,19 @@ static int64_t now_ns(void)
  * SQPOLL idles before it sleeps: a reply that comes within the window
  * costs no system call and no wake-up of a halted vCPU. Backs off from
  * pause to sched_yield() after SPIN_PAUSE_NS so that on a small machine
- * kvd and other engines still get the CPU. Also reads extents kvd holds a completion back for.
+ * kvd and other engines still get the CPU. Also reads extents kvd holds
+ * a completion back for.
  *
  * Adaptive, as adaptive mutexes spin: a window that did not catch the
  * reply halves (a busy machine, several engines per core: spinning only
  * takes the CPU from them), one that did is restored; once below 1 us,
- * spinning stops and is tried again every 64 waits.
+ * spinning stops and is tried again every 64 waits. Not after this call
+ * woke kvd: then the whole window is spun (yielding) and its outcome
+ * says how long kvd took to wake, not how busy the machine is; else a
+ * client whose spinning stopped would, with kvd, sleep on every request.
  */
-static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline);
+static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline,
+		      uint64_t window_ns);
 
 static bool spin_for_cqe(struct kv_client *c, unsigned want,
 			 int64_t deadline)
@@ -177,13 +182,15 @@ static bool spin_for_cqe(struct kv_client *c, unsigned want,
 
 	if (!c->spin_ns)
 		return false;
+	if (c->woke_kvd)
+		return spin_once(c, want, deadline, c->spin_ns);
 	if (!c->spin_cur_ns) {
 		if (++c->spin_skips < 64)
 			return false;
 		c->spin_skips = 0;
 		c->spin_cur_ns = c->spin_ns;
 	}
-	caught = spin_once(c, want, deadline);
+	caught = spin_once(c, want, deadline, c->spin_cur_ns);
 	if (caught)
 		c->spin_cur_ns = c->spin_ns;
 	else if ((c->spin_cur_ns /= 2) < 1000)
@@ -198,7 +205,8 @@ static bool spin_for_cqe(struct kv_client *c, unsigned want,
  */
 #define SPIN_PAUSE_NS	20000
 
-static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline)
+static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline,
+		      uint64_t window_ns)
 {
 	int64_t t0 = 0, now, end = 0;
 	/*
@@ -233,7 +241,7 @@ static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline)
 		now = now_ns();
 		if (!end) {
 			t0 = now;
-			end = now + (int64_t)c->spin_cur_ns;
+			end = now + (int64_t)window_ns;
 			if (deadline >= 0 && deadline < end)
 				end = deadline;
 		}

@@ -8,8 +8,9 @@ set -eu
 PKGS="build-essential clang libclang-rt-dev pkg-config liburing-dev \
 libjemalloc-dev libcmocka-dev libxxhash-dev libssl-dev libjson-c-dev mandoc jq \
 binutils"
-# --bench: what `make bench` compares kvd with, too (kvbench --redis).
-[ "${1:-}" = "--bench" ] && PKGS="$PKGS redis-server"
+# --bench: what `make bench` compares kvd with (kvbench --redis) and
+# counts kvd's system calls with (kvbench --perf-stat), too.
+[ "${1:-}" = "--bench" ] && PKGS="$PKGS redis-server linux-perf"
 
 missing=""
 for p in $PKGS; do
