@@ -701,6 +701,8 @@ err_unwind:
 	return ret;
 }
 
+#define RELEASE_AHEAD	8	/* blocks prefetched ahead of a RELEASE */
+
 /*
  * kvd_ns_release - drop one ref per entry of @ids (a private copy: the
  * caller copied it out of shared memory). An id may appear as often as
@@ -708,8 +710,6 @@ err_unwind:
  * namespace, -EPERM for one the client does not hold (often enough).
  * Pass 1 takes the counts down and undoes on error; pass 2 frees.
  */
-#define RELEASE_AHEAD	8
-
 int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *hr,
 		   const uint32_t *ids, uint32_t nr)
 {
