@@ -187,8 +187,8 @@ static int ext_news(const struct kvd *d, const struct kvd_client *c,
 /*
  * Tell @c about its extents: drops of those gone, and (@maps) its
  * tenant's that it lacks. A full socket (or too many fds in flight,
- * ETOOMANYREFS) leaves the rest for later (ext_behind); a client whose
- * socket is gone is disconnected.
+ * ETOOMANYREFS) leaves the rest for later (ext_behind); a client that
+ * cannot be sent one for another reason is disconnected.
  */
 static void extents_tell(struct kvd *d, struct kvd_client *c, bool maps)
 {
@@ -203,6 +203,10 @@ static void extents_tell(struct kvd *d, struct kvd_client *c, bool maps)
 			c->ext_behind = true;
 			return;
 		}
+		/* It hung up: not an error of kvd's; the read armed on its
+		 * socket sees the hang-up and lets it go as any other. */
+		if (ret == -EPIPE || ret == -ECONNRESET)
+			return;
 		if (ret) {
 			c->doomed = "cannot pass it a pool extent";
 			d->doomed = true;

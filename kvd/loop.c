@@ -399,8 +399,12 @@ static bool rings_pending(struct kvd *d)
 		/* The next SQE's line with the tail's: the client writes
 		 * both, so their misses overlap instead of queueing. */
 		__builtin_prefetch(&c->sqes[c->sq_head & (c->sq_entries - 1)]);
-		if (!c->waiting && !c->cqe_deferred &&
-		    kv_smp_load_acquire(c->sq_ktail) != c->sq_head)
+		/* parked, or stalled on a CQ the client has not reaped:
+		 * its SQEs are not work yet (no spinning on them) */
+		if (c->waiting || c->cqe_deferred ||
+		    (c->cq_stalled && !kvd_ring_cq_reaped(c)))
+			continue;
+		if (kv_smp_load_acquire(c->sq_ktail) != c->sq_head)
 			return true;
 	}
 	return false;

@@ -185,7 +185,10 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 		goto err_free;
 	/* Each block has one holder mostly; shared ones more (fork, REF). */
 	/* Shared prefixes give one block many holders: room for that. */
-	ret = holds_init(&ns->holds, 4 * ns->max_blocks + 4096);
+	/* Owners count in the block; the table is for other holders of
+	 * shared blocks: many engines on one long system prompt, even on a
+	 * pool of few blocks (memory untouched until used). */
+	ret = holds_init(&ns->holds, 4 * ns->max_blocks + 65536);
 	if (ret)
 		goto err_free;
 	ret = kvd_prefix_init(ns);

@@ -114,10 +114,19 @@ struct kvd_holder {
 	uint32_t	max_refs;	/* most refs it may hold, 0: no limit */
 };
 
+/*
+ * The most refs one client holds in all without max_client_blocks: its
+ * u32 total (and kv_stats' client_refs) never wraps, whatever each
+ * block's own KVD_REF_MAX allows.
+ */
+#define KVD_CLIENT_REFS_MAX	(1U << 31)
+
 /* May @hr take @n more refs? (max_client_blocks in kvd.conf) */
 static inline bool kvd_holder_room(const struct kvd_holder *hr, uint32_t n)
 {
-	return !hr->max_refs || (uint64_t)hr->nr_refs + n <= hr->max_refs;
+	uint64_t max = hr->max_refs ? hr->max_refs : KVD_CLIENT_REFS_MAX;
+
+	return (uint64_t)hr->nr_refs + n <= max;
 }
 
 struct kvd_ns {

@@ -145,6 +145,13 @@ static bool cq_has_room(struct kvd_client *c)
 	return false;
 }
 
+/* A ring stalled on a full CQ: has the client reaped since? */
+bool kvd_ring_cq_reaped(const struct kvd_client *c)
+{
+	/* D4: pairs with the client's release of cq_head (C4). */
+	return c->cq_tail - kv_smp_load_acquire(c->cq_khead) < c->cq_entries;
+}
+
 static void post_cqe(struct kvd_client *c, uint64_t user_data, int res)
 {
 	struct kv_cqe *cqe = &c->cqes[c->cq_tail & (c->cq_entries - 1)];

@@ -80,6 +80,9 @@ void kvd_tenants_apply(struct kvd *d)
 		ns->acct.min_pages = q ? q->min_pages : 0;
 		ns->acct.max_pages = q ? q->max_pages : 0;
 	}
+	/* Quotas may have grown: parked KV_SQE_WAIT allocations retry, as
+	 * they do after a free (ring.c retry_waiting). */
+	d->pool.frees++;
 }
 
 /*

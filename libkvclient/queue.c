@@ -345,8 +345,9 @@ int kv_submit_and_wait(struct kv_client *c, unsigned wait_nr)
 
 	if (submitted < 0)
 		return submitted;
-	if (wait_nr > c->inflight)
-		return -EINVAL;	/* would wait for ever */
+	/* would wait for ever: never that many in flight, or in the CQ */
+	if (wait_nr > c->inflight || wait_nr > c->cq_entries)
+		return -EINVAL;
 	if (cq_ready(c) < wait_nr) {
 		ret = __kv_wait_nr(c, wait_nr, -1);
 		if (ret)

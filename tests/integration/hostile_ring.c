@@ -2,7 +2,9 @@
 /*
  * A client that writes garbage into its own ring: thousands of random
  * SQEs each get a CQE, then corrupt ring indices get it disconnected.
- * kvd survives, a bystander is unaffected, and no block leaks.
+ * kvd survives, a bystander is unaffected, and no block leaks. A client
+ * that never reaps its CQ does not keep kvd busy, and kv_submit_and_wait
+ * refuses a count its CQ could never hold.
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -91,6 +93,68 @@ static void corrupt_indices(void)
 	}
 }
 
+/* CPU seconds kvd (@pid) has used, from /proc. */
+static double cpu_s(pid_t pid)
+{
+	char path[64];
+	unsigned long ut = 0, st = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	T_ASSERT(f);
+	/* pid (comm) state ppid ... utime stime: fields 14 and 15 */
+	T_EQ(fscanf(f, "%*d (%*[^)]) %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+		    &ut, &st), 2);
+	fclose(f);
+	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/*
+ * SQEs queued behind a CQ the client does not reap are not work: kvd
+ * sleeps (a spinning kvd would burn the whole second), and serves them
+ * once the client reaps.
+ */
+static void full_cq(struct t_kvd *k)
+{
+	struct kv_connect_params p = { 0 };
+	struct kv_cqe *cqe;
+	struct kv_client *c;
+	struct kv_sqe *sqe;
+	unsigned n = 0;
+	double t0;
+
+	p.socket_path = k->sock;
+	p.model_id = "m";
+	p.geom = t_geom();
+	p.sq_entries = 8;			/* CQ of 16 */
+	T_EQ(kv_connect(&p, &c), 0);
+	/* a full CQ (16) and a full SQ (8) behind it */
+	for (int tries = 0; n < 24 && tries < 5000; tries++) {
+		sqe = kv_get_sqe(c);
+		if (!sqe) {
+			usleep(1000);		/* kvd has not taken them yet */
+			continue;
+		}
+		kv_prep_nop(sqe);
+		T_ASSERT(kv_submit(c) == 1);
+		n++;
+	}
+	T_EQ(n, 24);
+	T_EQ(kv_submit_and_wait(c, 17), -EINVAL);	/* > cq_entries */
+	usleep(200000);
+	t0 = cpu_s(k->pid);
+	sleep(1);
+	/* An idle kvd uses ~0; a spinning one ~1 s of this second. */
+	T_ASSERT(cpu_s(k->pid) - t0 < 0.3);
+	for (unsigned got = 0; got < n; got++) {
+		T_EQ(kv_wait_cqe(c, &cqe), 0);
+		T_EQ(cqe->res, 0);
+		kv_cqe_seen(c, cqe);
+	}
+	T_EQ(kv_disconnect(c), 0);
+}
+
 int main(void)
 {
 	struct kv_client *c, *by;
@@ -117,6 +181,7 @@ int main(void)
 	T_EQ(ret, -ECONNRESET);
 	kv_disconnect(c);
 
+	full_cq(&k);
 	T_EQ(kv_release(by, ids, 3), 3);
 	T_EQ(kv_nop(by), 0);
 	T_EQ(kv_disconnect(by), 0);

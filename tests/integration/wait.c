@@ -2,7 +2,8 @@
 /*
  * KV_SQE_WAIT: an ALLOC on an exhausted pool waits for a block to be
  * freed instead of failing, times out with -ETIMEDOUT, does not hold up
- * other clients, and a client killed while waiting loses nothing.
+ * other clients, and a client killed while waiting loses nothing. One
+ * held back by a quota is served when a reload raises the quota.
  */
 #include <signal.h>
 #include <string.h>
@@ -62,6 +63,45 @@ static void reap_ok(pid_t pid)
 
 	T_EQ(waitpid(pid, &st, 0), pid);
 	T_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/*
+ * A tenant at its max_pages: a waiting ALLOC (-EDQUOT now) is served as
+ * soon as a reload raises the quota, long before its 10 s timeout.
+ */
+static void quota_reload(void)
+{
+	static kv_block_t ids[256];
+	char conf[] = "/tmp/kvd-wait-conf.XXXXXX";
+	const char *text = "[tenant t]\nuids = %u\nsecret = wait-secret-0123456789\nmax_pages = %u\n";
+	struct kv_client *a;
+	struct t_kvd k;
+	long long t0;
+	pid_t pid;
+	FILE *f;
+	int fd;
+
+	fd = mkstemp(conf);
+	T_ASSERT(fd >= 0);
+	f = fdopen(fd, "w");
+	T_ASSERT(f && fprintf(f, text, (unsigned)geteuid(), 1) > 0 && !fclose(f));
+	t_kvd_start(&k, "16M", "--config", conf, NULL);
+	T_EQ(t_connect(&k, "m", NULL, &a), 0);
+	while (kv_alloc(a, 1, &ids[0]) == 1)
+		;				/* one page: its blocks */
+	T_EQ(kv_alloc(a, 1, &ids[0]), -EDQUOT);
+	t0 = ms_now();
+	pid = waiter(&k, 10000, 1);
+	usleep(300000);				/* parked */
+	f = fopen(conf, "w");
+	T_ASSERT(f && fprintf(f, text, (unsigned)geteuid(), 4) > 0 && !fclose(f));
+	free(t_kvctl(&k, "reload"));
+	reap_ok(pid);
+	T_ASSERT(ms_now() - t0 < 5000);
+	T_EQ(kv_disconnect(a), 0);
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
+	unlink(conf);
 }
 
 int main(void)
@@ -139,5 +179,6 @@ int main(void)
 	T_EQ(kv_disconnect(b), 0);
 	t_kvd_stop(&k);
 	t_cleanup_dir(&k);
+	quota_reload();
 	return 0;
 }

@@ -627,6 +627,29 @@ static void test_ns_ref(void **state)
 	assert_unchanged(t, ids, &s);
 }
 
+/*
+ * Without max_client_blocks a client's refs in all stop at
+ * KVD_CLIENT_REFS_MAX (-EDQUOT), far below where its u32 total would
+ * wrap, however many blocks each carry up to KVD_REF_MAX.
+ */
+static void test_ns_ref_client_total(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4];
+	struct snap s;
+
+	setup_abcd(t, ids);
+	t->h[0].nr_refs = KVD_CLIENT_REFS_MAX - 1;	/* as if REFed so far */
+	assert_true(kvd_holder_room(&t->h[0], 1));
+	assert_false(kvd_holder_room(&t->h[0], 2));
+	t->h[0].nr_refs = KVD_CLIENT_REFS_MAX;
+	snap_take(t, ids, &s);
+	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], ids, 1), -EDQUOT);
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids + 2, 1), -EDQUOT);
+	assert_unchanged(t, ids, &s);
+	t->h[0].nr_refs = 3;				/* its real count */
+}
+
 /* ---- copy on write ---- */
 
 static void test_ns_cow(void **state)
@@ -1018,6 +1041,7 @@ int main(void)
 		T(test_ns_release_duplicates),
 		T(test_ns_release_all_or_nothing),
 		T(test_ns_ref),
+		T(test_ns_ref_client_total),
 		T(test_ns_cow),
 		T(test_ns_free_slab_returns_to_pool),
 		T(test_ns_release_all),
