@@ -410,6 +410,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	d->live[d->nr_clients] = c->slot;
 	d->nr_pending--;
 	d->nr_clients++;
+	kvd_client_activate(d, c);
 	d->tenants[c->tenant].nr_clients++;
 	c->doomed = NULL;
 	kvd_extents_send(d, c);		/* its tenant's extents, after WELCOME */
@@ -448,6 +449,7 @@ void kvd_client_doorbell_done(struct kvd *d, struct kvd_client *c, int res)
 		kvd_client_kill(d, c, "doorbell read failed");
 		return;
 	}
+	kvd_client_activate(d, c);	/* it rang: it has work */
 	arm_doorbell(d, c);
 }
 
@@ -477,6 +479,37 @@ void kvd_client_put_op(struct kvd *d, struct kvd_client *c)
  * its socket, and cancel its event-loop ops; the slot is freed once they
  * have completed. Other clients are not touched.
  */
+/* Swap live[@i] and live[@j], keeping each client's live_idx. */
+static void live_swap(struct kvd *d, uint32_t i, uint32_t j)
+{
+	uint32_t a = d->live[i], b = d->live[j];
+
+	d->live[i] = b;
+	d->live[j] = a;
+	d->clients[b].live_idx = i;
+	d->clients[a].live_idx = j;
+}
+
+/* Into the polled part of d->live (a new client, or it rang). */
+void kvd_client_activate(struct kvd *d, struct kvd_client *c)
+{
+	if (c->state != KVD_CLIENT_LIVE || c->live_idx < d->nr_active)
+		return;
+	live_swap(d, c->live_idx, d->nr_active++);
+	c->served = true;	/* its idle time counts from now */
+}
+
+/*
+ * Out of the polled part: the caller set KV_SQ_NEED_WAKEUP and found no
+ * SQE after it (kvd_ring_prepare_sleep), so its next one rings.
+ */
+void kvd_client_park(struct kvd *d, struct kvd_client *c)
+{
+	if (c->live_idx >= d->nr_active)
+		return;
+	live_swap(d, c->live_idx, --d->nr_active);
+}
+
 void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 {
 	if (c->state == KVD_CLIENT_DEAD || c->state == KVD_CLIENT_FREE)
@@ -497,10 +530,10 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 	close(c->sock);
 	c->sock = -1;
 	if (c->state == KVD_CLIENT_LIVE) {
-		/* the last live slot takes its place */
-		d->nr_clients--;
-		d->live[c->live_idx] = d->live[d->nr_clients];
-		d->clients[d->live[c->live_idx]].live_idx = c->live_idx;
+		/* out of the polled part, then the last live slot (a
+		 * parked one, or itself) takes its place */
+		kvd_client_park(d, c);
+		live_swap(d, c->live_idx, --d->nr_clients);
 		d->tenants[c->tenant].nr_clients--;
 	} else {
 		d->nr_pending--;

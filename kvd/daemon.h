@@ -74,6 +74,8 @@ enum kvd_client_state {
 struct kvd_client {
 	uint32_t	slot;
 	uint32_t	live_idx;	/* its index in d->live while LIVE */
+	bool		served;		/* since last_work_ns was stamped */
+	uint64_t	last_work_ns;	/* its ring last had work (loop.c) */
 	uint32_t	gen;		/* bumped on reuse; stale CQEs ignored */
 	uint32_t	id;
 	int		state;
@@ -181,11 +183,14 @@ struct kvd {
 	uint64_t	ops;
 
 	struct kvd_client *clients;	/* [nr_slots] */
-	/* slots of the LIVE clients, in no order: the loop's passes walk
-	 * these, not every slot (swap-removed on kill, so walk backwards) */
+	/* slots of the LIVE clients: the loop's passes walk these, not
+	 * every slot (swap-removed on kill, so walk backwards). The first
+	 * nr_active are polled; the rest were idle long enough to be
+	 * parked, with KV_SQ_NEED_WAKEUP set: they ring the doorbell. */
 	uint32_t	*live;		/* [nr_slots] */
 	uint32_t	nr_slots;	/* max_clients + KVD_MAX_PENDING */
 	uint32_t	nr_clients;	/* LIVE (WELCOME sent) */
+	uint32_t	nr_active;	/* live[0, nr_active) are polled */
 	uint32_t	nr_pending;	/* accepted, no HELLO yet */
 	uint32_t	next_client_id;
 	struct kvd_ns	*ns;		/* [cfg.max_namespaces] */
@@ -253,6 +258,8 @@ void kvd_client_accept(struct kvd *d, int fd);
 void kvd_client_ctrl_done(struct kvd *d, struct kvd_client *c, int res);
 void kvd_client_doorbell_done(struct kvd *d, struct kvd_client *c, int res);
 void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why);
+void kvd_client_activate(struct kvd *d, struct kvd_client *c);
+void kvd_client_park(struct kvd *d, struct kvd_client *c);
 void kvd_client_put_op(struct kvd *d, struct kvd_client *c);
 void kvd_clients_tick(struct kvd *d);
 /* Check a HELLO datagram of @len bytes: 0, or -errno with *why set. */

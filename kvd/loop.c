@@ -366,11 +366,11 @@ static bool drain_rings(struct kvd *d)
 		again = false;
 		/* backwards: a client killed here is swapped with the
 		 * last one, which was served already */
-		for (uint32_t j = d->nr_clients; j--;) {
+		for (uint32_t j = d->nr_active; j--;) {
 			struct kvd_client *c;
 			int n;
 
-			if (j >= d->nr_clients)
+			if (j >= d->nr_active)
 				continue;	/* shrank under us */
 			c = &d->clients[d->live[j]];
 			/* Awake now: clients need not ring (see ring.c).
@@ -380,34 +380,88 @@ static bool drain_rings(struct kvd *d)
 				kv_atomic_andnot(c->sq_kflags,
 						 KV_SQ_NEED_WAKEUP);
 			n = kvd_ring_process(d, c, d->cfg.sq_budget);
-			if (n < 0)
+			if (n < 0) {
 				kvd_client_kill(d, c, "corrupt ring indices");
-			else if (n > 0)
+			} else if (n > 0) {
+				c->served = true;
 				again = any = true;	/* maybe more: look again */
+			}
 			reap_doomed(d);
 		}
 	}
 	return any;
 }
 
-/* Has any live ring an SQE kvd has not taken? (acquire: see D1) */
+/*
+ * Has @c an SQE kvd has not taken? (acquire: see D1) Not when parked on
+ * a wait, or stalled on a CQ the client has not reaped: those are not
+ * work yet, and spinning on them would burn a core.
+ */
+static bool ring_has_work(const struct kvd_client *c)
+{
+	if (c->waiting || c->cqe_deferred ||
+	    (c->cq_stalled && !kvd_ring_cq_reaped(c)))
+		return false;
+	return kv_smp_load_acquire(c->sq_ktail) != c->sq_head;
+}
+
+/* Has any polled ring work? */
 static bool rings_pending(struct kvd *d)
 {
-	for (uint32_t j = 0; j < d->nr_clients; j++) {
+	for (uint32_t j = 0; j < d->nr_active; j++) {
 		struct kvd_client *c = &d->clients[d->live[j]];
 
 		/* The next SQE's line with the tail's: the client writes
 		 * both, so their misses overlap instead of queueing. */
 		__builtin_prefetch(&c->sqes[c->sq_head & (c->sq_entries - 1)]);
-		/* parked, or stalled on a CQ the client has not reaped:
-		 * its SQEs are not work yet (no spinning on them) */
-		if (c->waiting || c->cqe_deferred ||
-		    (c->cq_stalled && !kvd_ring_cq_reaped(c)))
-			continue;
-		if (kv_smp_load_acquire(c->sq_ktail) != c->sq_head)
+		if (ring_has_work(c))
 			return true;
 	}
 	return false;
+}
+
+/* A ring with no SQE for this long is parked (never less than poll_us). */
+#define PARK_NS		1000000ULL
+
+/*
+ * At each clock read while polling: stamp the rings served since the
+ * last one; park those idle for PARK_NS, so that a pass walks only rings
+ * in use however many engines are connected (a parked one rings the
+ * doorbell, as when kvd sleeps); and take back a parked ring that has
+ * SQEs (it rang, but doorbells are reaped only between polls). True when
+ * a ring has work.
+ */
+static bool park_idle(struct kvd *d, uint64_t now)
+{
+	uint64_t park = d->cfg.poll_us * 1000ULL;
+	bool work = false;
+
+	if (park < PARK_NS)
+		park = PARK_NS;
+	for (uint32_t j = d->nr_active; j--;) {
+		struct kvd_client *c = &d->clients[d->live[j]];
+
+		if (c->served) {
+			c->served = false;
+			c->last_work_ns = now;
+		} else if (now - c->last_work_ns >= park && !c->waiting &&
+			   !c->cqe_deferred) {
+			if (kvd_ring_prepare_sleep(c))
+				work = true;
+			else
+				kvd_client_park(d, c);
+		}
+	}
+	/* upwards: one taken back swaps with a ring already looked at */
+	for (uint32_t j = d->nr_active; j < d->nr_clients; j++) {
+		struct kvd_client *c = &d->clients[d->live[j]];
+
+		if (ring_has_work(c)) {
+			kvd_client_activate(d, c);
+			work = true;
+		}
+	}
+	return work;
 }
 
 /*
@@ -452,6 +506,8 @@ static bool poll_rings(struct kvd *d, bool served, bool slept)
 			d->served = false;
 			d->last_work_ns = now;
 		}
+		if (park_idle(d, now))
+			return true;
 		if (now >= d->last_work_ns + d->cfg.poll_us * 1000ULL)
 			return false;
 		yield = now >= d->last_work_ns + POLL_PAUSE_NS;
@@ -459,14 +515,24 @@ static bool poll_rings(struct kvd *d, bool served, bool slept)
 	}
 }
 
-/* True when some ring got work while we were about to sleep. */
+/*
+ * Before sleeping: every polled ring gets KV_SQ_NEED_WAKEUP and is parked
+ * (a doorbell takes it back), but for those waiting on a free or an
+ * extent, which kvd retries itself. True when some ring got work
+ * meanwhile. Parked rings have the flag already.
+ */
 static bool prepare_sleep(struct kvd *d)
 {
 	bool busy = false;
 
-	for (uint32_t j = 0; j < d->nr_clients; j++)
-		if (kvd_ring_prepare_sleep(&d->clients[d->live[j]]))
+	for (uint32_t j = d->nr_active; j--;) {
+		struct kvd_client *c = &d->clients[d->live[j]];
+
+		if (kvd_ring_prepare_sleep(c))
 			busy = true;
+		else if (!c->waiting && !c->cqe_deferred)
+			kvd_client_park(d, c);
+	}
 	return busy;
 }
 

@@ -291,13 +291,18 @@ out:
 		c->ops += done;
 		d->ops += done;
 	}
-	if (posted) {
-		/* D3: publish CQEs; pairs with the client's acquire (C3). */
-		kv_smp_store_release(c->cq_ktail, c->cq_tail);
-	}
+	/*
+	 * SQ slots first, then CQEs: a client that has seen the CQE of an
+	 * SQE finds its slot free (as io_uring), so it may reap, then
+	 * queue, without looking twice.
+	 */
 	if (done) {
 		/* D2: SQ slots reusable; pairs with the client's acquire (C2). */
 		kv_smp_store_release(c->sq_khead, head);
+	}
+	if (posted) {
+		/* D3: publish CQEs; pairs with the client's acquire (C3). */
+		kv_smp_store_release(c->cq_ktail, c->cq_tail);
 	}
 	if (posted)
 		kvd_ring_wake(c);

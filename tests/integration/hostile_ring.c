@@ -3,8 +3,9 @@
  * A client that writes garbage into its own ring: thousands of random
  * SQEs each get a CQE, then corrupt ring indices get it disconnected.
  * kvd survives, a bystander is unaffected, and no block leaks. A client
- * that never reaps its CQ does not keep kvd busy, and kv_submit_and_wait
- * refuses a count its CQ could never hold.
+ * that never reaps its CQ does not keep kvd busy, kv_submit_and_wait
+ * refuses a count its CQ could never hold, and an SQ slot is free by the
+ * time its CQE is seen.
  */
 #include <string.h>
 #include <sys/mman.h>
@@ -155,6 +156,34 @@ static void full_cq(struct t_kvd *k)
 	T_EQ(kv_disconnect(c), 0);
 }
 
+/*
+ * A slot is free once its CQE is seen: reap a full SQ's completions and
+ * the next kv_get_sqe succeeds at once, every time (kvd publishes the SQ
+ * head before the CQ tail, as io_uring does).
+ */
+static void sq_slot_order(struct t_kvd *k)
+{
+	struct kv_connect_params p = { 0 };
+	struct kv_client *c;
+	struct kv_sqe *sqe;
+
+	p.socket_path = k->sock;
+	p.model_id = "m";
+	p.geom = t_geom();
+	p.sq_entries = 8;
+	T_EQ(kv_connect(&p, &c), 0);
+	for (int round = 0; round < 20000; round++) {
+		for (int i = 0; i < 8; i++) {
+			sqe = kv_get_sqe(c);
+			T_ASSERT(sqe);		/* all 8 reaped last round */
+			kv_prep_nop(sqe);
+		}
+		T_EQ(kv_submit_and_wait(c, 8), 8);
+		kv_cq_advance(c, 8);
+	}
+	T_EQ(kv_disconnect(c), 0);
+}
+
 int main(void)
 {
 	struct kv_client *c, *by;
@@ -182,6 +211,7 @@ int main(void)
 	kv_disconnect(c);
 
 	full_cq(&k);
+	sq_slot_order(&k);
 	T_EQ(kv_release(by, ids, 3), 3);
 	T_EQ(kv_nop(by), 0);
 	T_EQ(kv_disconnect(by), 0);
