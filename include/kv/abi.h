@@ -203,7 +203,8 @@ struct kv_extent_msg {
 #define KV_FEAT_EXTENTS		(1U << 1)	/* pool sent as EXTENT messages */
 
 /* SQ flags, written by kvd. */
-#define KV_SQ_NEED_WAKEUP	(1U << 0)	/* kvd sleeps: ring the doorbell */
+#define KV_SQ_NEED_WAKEUP	(1U << 0)	/* kvd sleeps or stopped polling this
+						 * idle ring: ring the doorbell */
 #define KV_SQ_CQ_FULL		(1U << 1)	/* kvd waits for CQ room: ring after reaping */
 #define KV_SQ_EXTENTS		(1U << 2)	/* EXTENT messages queued: read them */
 
