@@ -464,6 +464,8 @@ static bool park_idle(struct kvd *d, uint64_t now)
 	return work;
 }
 
+#define POLL_PAUSE_NS	10000ULL	/* polls pause this long, then yield */
+
 /*
  * After serving, poll the rings for cfg.poll_us before sleeping, as
  * io_uring's SQPOLL thread idles before it sleeps: while clients keep
@@ -476,8 +478,6 @@ static bool park_idle(struct kvd *d, uint64_t now)
  * clock is first read 16 polls in, as a request answered within them (a
  * busy ring) should not pay for a clock read.
  */
-#define POLL_PAUSE_NS	10000ULL
-
 static bool poll_rings(struct kvd *d, bool served, bool slept)
 {
 	uint64_t now;

@@ -214,7 +214,7 @@ static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline,
 	 * (wake-affine), where pausing would keep it from running for the
 	 * whole pause phase. Yield at every poll instead.
 	 */
-	bool woke = c->woke_kvd, yield = woke;
+	bool woke = c->woke_kvd, yield = false;
 
 	c->woke_kvd = false;
 	for (unsigned i = 0;; i++) {
