@@ -272,7 +272,7 @@ int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
 void kvd_ring_teardown(struct kvd_client *c);
 int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget);
 bool kvd_ring_prepare_sleep(struct kvd_client *c);
-bool kvd_ring_cq_reaped(const struct kvd_client *c);
+bool kvd_ring_cq_reaped(struct kvd_client *c);
 void kvd_ring_wake(struct kvd_client *c);
 
 /* opdef.c */

@@ -397,7 +397,7 @@ static bool drain_rings(struct kvd *d)
  * a wait, or stalled on a CQ the client has not reaped: those are not
  * work yet, and spinning on them would burn a core.
  */
-static bool ring_has_work(const struct kvd_client *c)
+static bool ring_has_work(struct kvd_client *c)
 {
 	if (c->waiting || c->cqe_deferred ||
 	    (c->cq_stalled && !kvd_ring_cq_reaped(c)))
@@ -417,6 +417,20 @@ static bool rings_pending(struct kvd *d)
 		if (ring_has_work(c))
 			return true;
 	}
+	return false;
+}
+
+/*
+ * Flag @c for a doorbell (D5) and stop polling it: true, and it stays
+ * polled, when SQEs came meanwhile. Rings waiting on a free or an extent
+ * stay polled: kvd retries those itself.
+ */
+static bool try_park(struct kvd *d, struct kvd_client *c)
+{
+	if (kvd_ring_prepare_sleep(c))
+		return true;
+	if (!c->waiting && !c->cqe_deferred)
+		kvd_client_park(d, c);
 	return false;
 }
 
@@ -445,11 +459,8 @@ static bool park_idle(struct kvd *d, uint64_t now)
 			c->served = false;
 			c->last_work_ns = now;
 		} else if (now - c->last_work_ns >= park && !c->waiting &&
-			   !c->cqe_deferred) {
-			if (kvd_ring_prepare_sleep(c))
-				work = true;
-			else
-				kvd_client_park(d, c);
+			   !c->cqe_deferred && try_park(d, c)) {
+			work = true;
 		}
 	}
 	/* upwards: one taken back swaps with a ring already looked at */
@@ -516,23 +527,16 @@ static bool poll_rings(struct kvd *d, bool served, bool slept)
 }
 
 /*
- * Before sleeping: every polled ring gets KV_SQ_NEED_WAKEUP and is parked
- * (a doorbell takes it back), but for those waiting on a free or an
- * extent, which kvd retries itself. True when some ring got work
- * meanwhile. Parked rings have the flag already.
+ * Before sleeping: every polled ring is parked (try_park; a doorbell
+ * takes it back). True when some ring got work meanwhile. Parked rings
+ * have the flag already.
  */
 static bool prepare_sleep(struct kvd *d)
 {
 	bool busy = false;
 
-	for (uint32_t j = d->nr_active; j--;) {
-		struct kvd_client *c = &d->clients[d->live[j]];
-
-		if (kvd_ring_prepare_sleep(c))
-			busy = true;
-		else if (!c->waiting && !c->cqe_deferred)
-			kvd_client_park(d, c);
-	}
+	for (uint32_t j = d->nr_active; j--;)
+		busy |= try_park(d, &d->clients[d->live[j]]);
 	return busy;
 }
 

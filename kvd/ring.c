@@ -122,34 +122,31 @@ void kvd_ring_teardown(struct kvd_client *c)
 	c->ring_fd = -1;
 }
 
+/*
+ * Has the client reaped room for a CQE? Reads its head (D4: pairs with
+ * its release of cq_head, C4) and keeps it for cq_has_room.
+ */
+bool kvd_ring_cq_reaped(struct kvd_client *c)
+{
+	c->cq_head_seen = kv_smp_load_acquire(c->cq_khead);
+	return c->cq_tail - c->cq_head_seen < c->cq_entries;
+}
+
 /* Room for one more CQE? Sets KV_SQ_CQ_FULL when there is none. */
 static bool cq_has_room(struct kvd_client *c)
 {
-	uint32_t head;
-
 	/* A stale head only undercounts the room: the client's line is
 	 * read when the CQ looks full, not on every completion. */
-	if (c->cq_tail - c->cq_head_seen < c->cq_entries)
-		return true;
-	/* D4: pairs with the client's release of cq_head (C4). */
-	head = c->cq_head_seen = kv_smp_load_acquire(c->cq_khead);
-	if (c->cq_tail - head < c->cq_entries)
+	if (c->cq_tail - c->cq_head_seen < c->cq_entries ||
+	    kvd_ring_cq_reaped(c))
 		return true;
 	kv_atomic_or(c->sq_kflags, KV_SQ_CQ_FULL);
 	kv_smp_mb();	/* D7: pairs with C7 */
-	head = c->cq_head_seen = kv_smp_load_acquire(c->cq_khead);
-	if (c->cq_tail - head < c->cq_entries) {
+	if (kvd_ring_cq_reaped(c)) {
 		kv_atomic_andnot(c->sq_kflags, KV_SQ_CQ_FULL);
 		return true;
 	}
 	return false;
-}
-
-/* A ring stalled on a full CQ: has the client reaped since? */
-bool kvd_ring_cq_reaped(const struct kvd_client *c)
-{
-	/* D4: pairs with the client's release of cq_head (C4). */
-	return c->cq_tail - kv_smp_load_acquire(c->cq_khead) < c->cq_entries;
 }
 
 static void post_cqe(struct kvd_client *c, uint64_t user_data, int res)

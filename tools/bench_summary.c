@@ -232,32 +232,33 @@ static void sum_syscalls(struct kv_emit *e, struct json_object *b,
 	sum_row_emit(e, metric, value, ratio, "report only", -1);
 }
 
+/* kv_hash_blocks' GB/s (row @kv) against the bare hash's (row @bare). */
+static void sum_hash_row(struct kv_emit *e, struct json_object *hash,
+			 const char *kv_row, const char *bare_row,
+			 const char *bare_name, const char *metric)
+{
+	double kv = sum_row(hash, kv_row, "gb_per_s");
+	double bare = sum_row(hash, bare_row, "gb_per_s");
+	char value[32], ratio[48];
+
+	if (isnan(kv))
+		snprintf(value, sizeof(value), "not run");
+	else
+		snprintf(value, sizeof(value), "%.2f GB/s", kv);
+	fmt_ratio(ratio, sizeof(ratio), kv / bare, bare_name);
+	sum_row_emit(e, metric, value, ratio, "-", -1);
+}
+
 static void sum_hash(struct kv_emit *e, struct json_object *h)
 {
 	struct json_object *hash = NULL;
-	char value[32], ratio[48];
-	double kv, bare;
 
 	if (h)
 		json_object_object_get_ex(h, "hash", &hash);
-	kv = sum_row(hash, "kv_xxh3", "gb_per_s");
-	bare = sum_row(hash, "xxh3_whole", "gb_per_s");
-	if (isnan(kv))
-		snprintf(value, sizeof(value), "not run");
-	else
-		snprintf(value, sizeof(value), "%.2f GB/s", kv);
-	fmt_ratio(ratio, sizeof(ratio), kv / bare, "XXH3_128bits");
-	sum_row_emit(e, "kv_hash_blocks XXH3-128 (token bytes)", value, ratio,
-		     "-", -1);
-	kv = sum_row(hash, "kv_sha256", "gb_per_s");
-	bare = sum_row(hash, "sha256_whole", "gb_per_s");
-	if (isnan(kv))
-		snprintf(value, sizeof(value), "not run");
-	else
-		snprintf(value, sizeof(value), "%.2f GB/s", kv);
-	fmt_ratio(ratio, sizeof(ratio), kv / bare, "SHA-256");
-	sum_row_emit(e, "kv_hash_blocks SHA-256 (token bytes)", value, ratio,
-		     "-", -1);
+	sum_hash_row(e, hash, "kv_xxh3", "xxh3_whole", "XXH3_128bits",
+		     "kv_hash_blocks XXH3-128 (token bytes)");
+	sum_hash_row(e, hash, "kv_sha256", "sha256_whole", "SHA-256",
+		     "kv_hash_blocks SHA-256 (token bytes)");
 }
 
 int bench_summary(const struct bench_opts *o)
