@@ -9,8 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "backend.h"
+#include "client.h"
 #include "daemon.h"
+#include "loop.h"
+#include "tenant.h"
 
 void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st)
 {

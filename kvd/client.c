@@ -15,7 +15,12 @@
 #include <xxhash.h>
 
 #include "backend.h"
+#include "client.h"
 #include "daemon.h"
+#include "extent.h"
+#include "loop.h"
+#include "ring.h"
+#include "tenant.h"
 
 /* The connection that has waited longest for its HELLO. */
 static struct kvd_client *oldest_pending(struct kvd *d)

@@ -22,8 +22,8 @@
 #include <string.h>
 #include <sys/un.h>
 
-#include "kvd.h"
 #include "config.h"
+#include "kvd.h"
 
 _Static_assert(KVD_CONF_MODEL_MAX == KV_MODEL_ID_MAX,
 	       "a namespace's model id is the wire's");

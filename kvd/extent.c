@@ -29,7 +29,9 @@
 #include <kv/barrier.h>
 
 #include "backend.h"
+#include "client.h"
 #include "daemon.h"
+#include "extent.h"
 
 #define KVD_EXT_IDLE_TICKS	4	/* 1 s at the 250 ms tick */
 

@@ -22,7 +22,12 @@
 
 #include <kv/barrier.h>
 
+#include "admin.h"
+#include "client.h"
 #include "daemon.h"
+#include "extent.h"
+#include "loop.h"
+#include "ring.h"
 
 #define KVD_URING_ENTRIES	1024
 

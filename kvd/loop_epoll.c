@@ -19,7 +19,10 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include "admin.h"
+#include "client.h"
 #include "daemon.h"
+#include "loop.h"
 
 #define KVD_EP_EVENTS	64
 #define KVD_EP_ACCEPTS	32	/* per wake-up; a listener stays ready */

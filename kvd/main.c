@@ -24,8 +24,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "backend.h"
+#include "client.h"
 #include "daemon.h"
+#include "extent.h"
+#include "loop.h"
+#include "tenant.h"
 
 #ifndef KV_VERSION
 #define KV_VERSION "0.0"

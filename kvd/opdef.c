@@ -8,7 +8,9 @@
 #include <string.h>
 
 #include "backend.h"
+#include "client.h"
 #include "daemon.h"
+#include "opdef.h"
 
 struct kvd_op_def {
 	const char	*name;

@@ -38,7 +38,11 @@
 
 #include <kv/barrier.h>
 
+#include "client.h"
 #include "daemon.h"
+#include "extent.h"
+#include "opdef.h"
+#include "ring.h"
 
 #define KVD_RING_HDR_BYTES	512	/* six indices, one cache line each */
 

@@ -15,6 +15,7 @@
 #include <xxhash.h>
 
 #include "daemon.h"
+#include "tenant.h"
 
 static struct kvd_tenant *tenant_slot(struct kvd *d)
 {

@@ -26,9 +26,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "admin.h"
 #include "backend.h"
+#include "client.h"
 #include "daemon.h"
 #include "fuzz.h"
+#include "opdef.h"
+#include "ring.h"
+#include "tenant.h"
 
 #define POOL_PAGES	16
 #define NR_NS		4

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvd.h"
 #include "fuzz.h"
+#include "kvd.h"
 
 bool fuzz_clock_on;
 uint64_t fuzz_clock_ns;

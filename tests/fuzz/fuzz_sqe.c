@@ -28,8 +28,10 @@
 #include <kv/barrier.h>
 
 #include "backend.h"
+#include "client.h"
 #include "daemon.h"
 #include "fuzz.h"
+#include "ring.h"
 
 #define POOL_PAGES	16
 #define NR_NS		2

@@ -20,8 +20,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trace.h"
 #include "fuzz.h"
+#include "trace.h"
 
 #define MAX_CONSUMED	(1U << 18)	/* tokens consumers walk per input */
 

@@ -21,8 +21,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "kvd.h"
 #include "config.h"
+#include "kvd.h"
 
 #define ERRLEN		512
 #define GIB		(1ULL << 30)

@@ -23,8 +23,9 @@ int main(void)
 #include <cmocka.h>
 
 #include "backend.h"
-#include "daemon.h"
 #include "cuda_mock.h"
+#include "daemon.h"
+#include "extent.h"
 
 #define MiB		(1ULL << 20)
 

@@ -17,7 +17,9 @@
 
 #include <kv/barrier.h>
 
+#include "client.h"
 #include "daemon.h"
+#include "ring.h"
 
 #define SQ_ENTRIES	8
 #define CQ_ENTRIES	(2 * SQ_ENTRIES)

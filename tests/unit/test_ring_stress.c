@@ -42,7 +42,11 @@
 
 #include <kv/barrier.h>
 
+#include "client.h"
 #include "daemon.h"
+#include "extent.h"
+#include "opdef.h"
+#include "ring.h"
 #include "../../libkvclient/lib.h"
 
 #define RS_SQ_ENTRIES	8	/* small: the rings fill often */

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One client: its connection, HELLO/WELCOME, its ring mapping (daemon
+ * side), what it holds, and its teardown when it goes.
+ */
+#ifndef KVD_CLIENT_H
+#define KVD_CLIENT_H
+
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include "ns.h"
+
+/* Connections waiting to say HELLO get slots of their own, so silent
+ * connections never take a client's slot; past this the oldest goes. */
+#define KVD_MAX_PENDING	64
+
+enum kvd_client_state {
+	KVD_CLIENT_FREE = 0,
+	KVD_CLIENT_HELLO,	/* accepted, waiting for HELLO */
+	KVD_CLIENT_LIVE,	/* WELCOME sent, ring served */
+	KVD_CLIENT_DEAD,	/* torn down, waiting for its event-loop ops */
+};
+
+struct kvd_client {
+	uint32_t	slot;
+	uint32_t	live_idx;	/* its index in d->live while LIVE */
+	bool		served;		/* since last_work_ns was stamped */
+	uint64_t	last_work_ns;	/* its ring last had work (loop.c) */
+	uint32_t	gen;		/* bumped on reuse; stale CQEs ignored */
+	uint32_t	id;
+	int		state;
+	int		inflight;	/* event-loop ops naming this slot */
+	int		sock;
+	int		ring_fd;
+	int		sq_evfd;	/* doorbell: client -> kvd */
+	int		cq_evfd;	/* wake-up: kvd -> client */
+	pid_t		pid;
+	uid_t		uid;
+	gid_t		gid;
+	uint32_t	groups[32];	/* SO_PEERGROUPS, for tenant lookup */
+	uint32_t	nr_groups;
+	int		tenant;		/* index, -1 before HELLO */
+	uint32_t	*ext_sent;	/* gen of each extent it has, 0: none */
+	const char	*doomed;	/* to be disconnected after this pass */
+	bool		ext_behind;	/* extents still to send (socket full) */
+	uint64_t	ext_epoch;	/* d->ext_epoch when last brought up to date */
+	/* an SQE with KV_SQE_WAIT waiting for blocks (ring.c) */
+	bool		waiting;
+	struct kv_sqe	wait_sqe;
+	uint64_t	wait_deadline_ns;
+	uint64_t	wait_frees;	/* pool->frees when last tried */
+	/* a CQE held back until the client has the extents it may name */
+	bool		cqe_deferred;
+	int32_t		def_res;
+	uint64_t	def_user_data;
+	uint64_t	t_accept_ns;
+
+	/* ring mapping, daemon side */
+	void		*ring;
+	size_t		ring_bytes;
+	struct kv_ring_offsets off;
+	uint32_t	*sq_khead, *sq_ktail, *sq_kflags;
+	uint32_t	*cq_khead, *cq_ktail, *cq_kflags;
+	struct kv_sqe	*sqes;
+	struct kv_cqe	*cqes;
+	uint8_t		*data;
+	uint32_t	data_bytes;
+	uint32_t	sq_entries, cq_entries;
+	uint32_t	sq_head;	/* local copies of what kvd owns */
+	uint32_t	cq_tail;
+	uint32_t	cq_head_seen;	/* cq head when last read (ring.c) */
+	bool		cq_stalled;	/* left SQEs for lack of CQ room */
+
+	struct kvd_ns	*ns;
+	struct kvd_holder holder;
+	uint64_t	ops;
+
+	/* buffers of the event-loop ops in flight */
+	uint8_t		ep_armed;	/* epoll: ops armed, 1 << KVD_EV_* */
+	uint8_t		ep_watched;	/* epoll: fds in the set, 1 << KVD_EV_* */
+	uint64_t	evbuf;
+	struct msghdr	msg;
+	struct iovec	iov;
+	union {
+		struct kv_hello	hello;
+		uint8_t		raw[sizeof(struct kv_hello) + 8];
+	} rx;
+};
+
+struct kvd;
+
+/* client.c */
+void kvd_client_accept(struct kvd *d, int fd);
+void kvd_client_ctrl_done(struct kvd *d, struct kvd_client *c, int res);
+void kvd_client_doorbell_done(struct kvd *d, struct kvd_client *c, int res);
+void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why);
+void kvd_client_activate(struct kvd *d, struct kvd_client *c);
+void kvd_client_park(struct kvd *d, struct kvd_client *c);
+void kvd_client_put_op(struct kvd *d, struct kvd_client *c);
+void kvd_clients_tick(struct kvd *d);
+/* Check a HELLO datagram of @len bytes: 0, or -errno with *why set. */
+int kvd_hello_check(struct kvd *d, const struct kv_hello *h, int len,
+		    const char **why);
+
+#endif /* KVD_CLIENT_H */
