@@ -94,8 +94,8 @@ $(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o $(O)/obj/tools/admin.o
 	$(Q)$(CC) $(CFLAGS) -o $@ $^
 
 # kvbench's benchmarks (--workload, --floor, ...) are tools/bench_*.c.
-KVBENCH_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,tools/kvbench.c tools/emit.c \
-		   tools/trace.c tools/admin.c $(wildcard tools/bench_*.c))
+KVBENCH_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,tools/kvbench.c tools/emit.c $(wildcard tools/trace*.c) \
+		   tools/admin.c $(wildcard tools/bench_*.c))
 
 $(O)/kvbench: $(KVBENCH_OBJS) $(LIB)
 	@echo "  LD      $@"
@@ -234,7 +234,7 @@ $(FUZZ_O)/fuzz_conf: $(FUZZ_O)/obj/tests/fuzz/fuzz_conf.o $(FUZZ_UTIL) $(FUZZ_O)
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
 
-$(FUZZ_O)/fuzz_trace: $(FUZZ_O)/obj/tests/fuzz/fuzz_trace.o $(FUZZ_UTIL) $(FUZZ_O)/obj/tools/trace.o $(FUZZ_LIB_OBJS)
+$(FUZZ_O)/fuzz_trace: $(FUZZ_O)/obj/tests/fuzz/fuzz_trace.o $(FUZZ_UTIL) $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(wildcard tools/trace*.c)) $(FUZZ_LIB_OBJS)
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ -ljson-c $(LIB_LIBS)
 
