@@ -91,7 +91,8 @@ if start_kvd --backend host --pool-size 256M; then
 	check "kvd --backend host starts, kvctl status" status_has backend host
 	timeout 60 "$BIN"/kvbench -s "$D/kvd.sock" -p 2 -n 2000 >"$D/bench0.txt" 2>&1
 	rc=$?
-	grep -E "^ +(ops/s|pattern errors \(blocks\)) " "$D/bench0.txt"
+	grep -E "^ +(ops/s|pattern errors \(blocks\)) " "$D/bench0.txt" ||
+		tail -5 "$D/bench0.txt"
 	check "kvbench -p 2 -n 2000 on the host backend" test $rc -eq 0
 	check "kvd (host) stops cleanly" stop_kvd
 else
@@ -100,13 +101,23 @@ fi
 quiet "cuda backend, mocked driver (kvd side)" "$T"/test_cuda
 quiet "cuda backend, mocked driver (library side)" "$T"/test_lib_cuda
 
-"$T"/cuda_clients >/dev/null 2>&1
+"$T"/cuda_clients >"$D/probe.txt" 2>&1
 if [ $? -eq 77 ]; then
-	# kvd says why: no libcuda.so.1, a driver older than 12.0, no device.
+	rt=$(sed -n 's/^cuda_clients: no CUDA device (\(.*\)), skipped/\1/p' "$D/probe.txt")
+	# kvd says why: no libcuda.so.1, a driver older than 12.0, no device;
+	# nothing if it starts (killed after 10 s): then the driver has a
+	# device that the bundle's CUDA runtime cannot use.
 	why=$(timeout 10 "$BIN"/kvd --backend cuda --pool-size 64M \
 		--socket "$D/probe.sock" --admin-socket "$D/probe-admin.sock" 2>&1 |
 		sed -n 's/.*--backend cuda: //p' | head -1)
-	echo "SKIP  GPU checks: no CUDA device here (kvd --backend cuda: ${why:-?})"
+	if [ -z "$why" ]; then
+		fail "the CUDA runtime uses the device kvd found (it says: ${rt:-?})"
+		echo "== $passes passed, $fails failed"
+		exit 1
+	fi
+	echo "SKIP  GPU checks: no CUDA device here"
+	echo "      kvd --backend cuda: $why"
+	echo "      CUDA runtime: ${rt:-?}"
 	echo "== $passes passed, $fails failed, GPU checks skipped"
 	[ "$fails" -eq 0 ] || exit 1
 	exit 77
