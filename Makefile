@@ -7,6 +7,7 @@
 #   make soak     60 s of 8 clients killed and restarted at random (SOAK_SECONDS)
 #   make tsan     the ring stress test under ThreadSanitizer (build-tsan/)
 #   make valgrind integration tests with kvd and clients under valgrind
+#   make gpu-bundle  the GPU check and what it runs, for a host without the packages
 #   make install  PREFIX=/usr/local
 
 VERSION		:= $(shell cat VERSION)
@@ -177,6 +178,17 @@ else
 kernels kernels-usage:
 	@echo "  CUDA    nvcc not found (PATH, CUDA_HOME=$(CUDA_HOME)): GPU code skipped"
 endif
+
+# ---- gpu bundle ------------------------------------------------------------
+# tests/gpu/run.sh and every program it runs, with the shared libraries
+# they load (glibc and the driver aside), in one folder for a GPU host
+# without the build's packages: $(O)/gpu-bundle/ and its .tar.gz
+# (scripts/gpu-bundle.sh; README "The GPU check on a bare host").
+gpu-bundle: all kernels $(O)/tests/unit/test_cuda $(O)/tests/unit/test_lib_cuda
+	$(Q)O=$(O) NVCC=$(NVCC) sh scripts/gpu-bundle.sh $(O)/gpu-bundle
+
+.PHONY: gpu-bundle
+# ---- end of gpu bundle -----------------------------------------------------
 
 test: all $(UNIT_BINS) $(INTEG_BINS) man-check clang-check
 	$(Q)O=$(O) sh tests/runtests.sh

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # Install the Debian packages kvd builds and tests with, when missing.
 # Run by make (once, stamp in build/) and by .ci/run; `make bench` runs
-# it with --bench.
+# it with --bench, scripts/gpu-bundle.sh with --bundle.
 set -eu
 
 PKGS="build-essential clang libclang-rt-dev pkg-config liburing-dev \
@@ -11,6 +11,8 @@ binutils"
 # --bench: what `make bench` compares kvd with (kvbench --redis) and
 # counts kvd's system calls with (kvbench --perf-stat), too.
 [ "${1:-}" = "--bench" ] && PKGS="$PKGS redis-server linux-perf"
+# --bundle: what `make gpu-bundle` points the bundle's programs at its lib/ with.
+[ "${1:-}" = "--bundle" ] && PKGS="$PKGS patchelf"
 
 missing=""
 for p in $PKGS; do

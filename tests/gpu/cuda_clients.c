@@ -13,7 +13,8 @@
  *	FLAGFILE when the new one is up): calls fail with -ECONNRESET, no
  *	old mapping is handed out, and a reconnect maps the new pool.
  *
- * Prints PASS/FAIL per check; exit 0 when all pass, 77 without a GPU.
+ * Prints PASS/FAIL per check; exit 0 when all pass, 77 (and why) when the
+ * CUDA runtime finds no device.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -260,10 +261,15 @@ static int reconnect(const char *sock, const char *flag)
 
 int main(int argc, char **argv)
 {
+	cudaError_t e;
 	int n = 0;
 
-	if (cudaGetDeviceCount(&n) != cudaSuccess || !n) {
-		printf("cuda_clients: no CUDA device, skipped\n");
+	/* The reason goes to run.sh: a driver too old for this runtime is
+	 * not the same as no GPU. */
+	e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || !n) {
+		printf("cuda_clients: no CUDA device (%s), skipped\n",
+		       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
 		return 77;
 	}
 	if (argc == 3 && !strcmp(argv[1], "pair"))
