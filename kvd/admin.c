@@ -299,7 +299,7 @@ void kvd_admin_accept(struct kvd *d, int fd)
 	d->adm[i].fd = fd;
 	d->adm[i].gen++;
 	d->adm[i].t_accept_ns = kvd_now_ns();
-	err = d->loop->arm_admin(d, i);
+	err = kvd_loop_arm_admin(d, i);
 	if (err) {
 		kvd_warn("admin: cannot watch a connection: %s", strerror(-err));
 		close(fd);
