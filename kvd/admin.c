@@ -42,10 +42,24 @@ void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st)
 	st->reclaims = d->pool.reclaims;
 }
 
-static size_t fill_ns(struct kvd *d, void *buf)
+/*
+ * An admin command (admin_cmds[], by KV_ADMIN_*). Its handler fills
+ * @recs, room for KV_ADMIN_MAX_RECORDS records, for @req: it returns how
+ * many, or -errno for st->status.
+ */
+struct admin_cmd {
+	uint32_t	cmd;		/* KV_ADMIN_* */
+	const char	*name;
+	size_t		rec;		/* bytes of one record */
+	int		(*fill)(struct kvd *d, const struct kv_admin_req *req,
+				struct kv_admin_status *st, void *recs);
+};
+
+static int fill_ns(struct kvd *d, const struct kv_admin_req *req,
+		   struct kv_admin_status *st, void *buf)
 {
 	struct kv_admin_ns *r = buf;
-	size_t n = 0;
+	int n = 0;
 
 	for (uint32_t i = 0; i < d->cfg.max_namespaces &&
 	     n < KV_ADMIN_MAX_RECORDS; i++) {
@@ -79,10 +93,11 @@ static size_t fill_ns(struct kvd *d, void *buf)
 	return n;
 }
 
-static size_t fill_clients(struct kvd *d, void *buf)
+static int fill_clients(struct kvd *d, const struct kv_admin_req *req,
+			struct kv_admin_status *st, void *buf)
 {
 	struct kv_admin_client *r = buf;
-	size_t n = 0;
+	int n = 0;
 
 	for (uint32_t i = 0; i < d->nr_slots && n < KV_ADMIN_MAX_RECORDS;
 	     i++) {
@@ -107,11 +122,10 @@ static size_t fill_clients(struct kvd *d, void *buf)
 
 /* Prefix-cache books of each namespace; with @evict, drop the cached ones
  * of namespace @ns_id (~0: all) first. */
-static size_t fill_prefix(struct kvd *d, void *buf, bool evict,
-			  uint32_t ns_id)
+static int prefix_books(struct kvd *d, void *buf, bool evict, uint32_t ns_id)
 {
 	struct kv_admin_prefix *r = buf;
-	size_t n = 0;
+	int n = 0;
 
 	for (uint32_t i = 0; i < d->cfg.max_namespaces &&
 	     n < KV_ADMIN_MAX_RECORDS; i++) {
@@ -137,11 +151,24 @@ static size_t fill_prefix(struct kvd *d, void *buf, bool evict,
 	return n;
 }
 
+static int fill_prefix(struct kvd *d, const struct kv_admin_req *req,
+		       struct kv_admin_status *st, void *buf)
+{
+	return prefix_books(d, buf, false, 0);
+}
+
+static int fill_evict(struct kvd *d, const struct kv_admin_req *req,
+		      struct kv_admin_status *st, void *buf)
+{
+	return prefix_books(d, buf, true, req->arg[0]);
+}
+
 /* Verify every namespace's books (kvd_ns_check); one record each. */
-static size_t fill_check(struct kvd *d, void *buf)
+static int fill_check(struct kvd *d, const struct kv_admin_req *req,
+		      struct kv_admin_status *st, void *buf)
 {
 	struct kv_admin_check *r = buf;
-	size_t n = 0;
+	int n = 0;
 
 	for (uint32_t i = 0; i < d->cfg.max_namespaces &&
 	     n < KV_ADMIN_MAX_RECORDS; i++) {
@@ -160,10 +187,11 @@ static size_t fill_check(struct kvd *d, void *buf)
 	return n;
 }
 
-static size_t fill_tenants(struct kvd *d, void *buf)
+static int fill_tenants(struct kvd *d, const struct kv_admin_req *req,
+			struct kv_admin_status *st, void *buf)
 {
 	struct kv_admin_tenant *r = buf;
-	size_t n = 0;
+	int n = 0;
 
 	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++) {
 		const struct kvd_tenant *t = &d->tenants[i];
@@ -185,64 +213,84 @@ static size_t fill_tenants(struct kvd *d, void *buf)
 	return n;
 }
 
+/* Re-read kvd.conf: one line of text, what was applied or why not. */
+static int fill_reload(struct kvd *d, const struct kv_admin_req *req,
+		       struct kv_admin_status *st, void *buf)
+{
+	struct kv_admin_msg *m = buf;
+
+	st->status = kvd_reload(d, m->text, sizeof(m->text));
+	return 1;
+}
+
+/* Namespace arg[0]'s prefix tree, arg[1] levels deep. */
+static int fill_tree(struct kvd *d, const struct kv_admin_req *req,
+		     struct kv_admin_status *st, void *buf)
+{
+	uint32_t ns = req->arg[0];
+
+	if (ns >= d->cfg.max_namespaces || !d->ns[ns].live)
+		return -ENOENT;
+	return kvd_prefix_tree(&d->ns[ns], buf, KV_ADMIN_MAX_RECORDS,
+			       req->arg[1]);
+}
+
+#define CMD(c, n, f, r)	[c] = { .cmd = c, .name = n, .fill = f, .rec = sizeof(r) }
+
+static const struct admin_cmd admin_cmds[] = {
+	CMD(KV_ADMIN_STATUS,	"status",	fill_ns,	struct kv_admin_ns),
+	CMD(KV_ADMIN_CLIENTS,	"clients",	fill_clients,	struct kv_admin_client),
+	CMD(KV_ADMIN_PREFIX,	"prefix",	fill_prefix,	struct kv_admin_prefix),
+	CMD(KV_ADMIN_EVICT,	"evict",	fill_evict,	struct kv_admin_prefix),
+	CMD(KV_ADMIN_TREE,	"tree",		fill_tree,	struct kv_admin_tree_node),
+	CMD(KV_ADMIN_CHECK,	"check",	fill_check,	struct kv_admin_check),
+	CMD(KV_ADMIN_RELOAD,	"reload",	fill_reload,	struct kv_admin_msg),
+	CMD(KV_ADMIN_TENANTS,	"tenants",	fill_tenants,	struct kv_admin_tenant),
+};
+
+/* The command of a well-formed request, or NULL with st->status set. */
+static const struct admin_cmd *admin_cmd(const struct kvd_admin_conn *a,
+					 int len, struct kv_admin_status *st)
+{
+	const struct kv_admin_req *req = &a->req;
+
+	if (len != (int)sizeof(*req) || req->magic != KV_MAGIC ||
+	    req->type != KV_MSG_ADMIN || req->abi_major != KV_ABI_MAJOR) {
+		st->status = -EPROTO;
+		return NULL;
+	}
+	if (req->cmd >= ARRAY_SIZE(admin_cmds) || !admin_cmds[req->cmd].fill) {
+		st->status = -EOPNOTSUPP;
+		return NULL;
+	}
+	return &admin_cmds[req->cmd];
+}
+
 static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 {
-	size_t max = KV_ADMIN_REPLY_MAX;
+	const struct admin_cmd *cmd;
 	struct kv_admin_status *st;
-	size_t n = 0, rec = 0;
+	size_t n = 0;
 	uint8_t *buf;
+	int ret;
 
-	buf = calloc(1, max);
+	buf = calloc(1, KV_ADMIN_REPLY_MAX);
 	if (!buf)
 		return;
 	st = (struct kv_admin_status *)buf;
 	kvd_admin_fill_status(d, st);
-	if (len != (int)sizeof(a->req) || a->req.magic != KV_MAGIC ||
-	    a->req.type != KV_MSG_ADMIN || a->req.abi_major != KV_ABI_MAJOR) {
-		st->status = -EPROTO;
-	} else if (a->req.cmd == KV_ADMIN_STATUS) {
-		n = fill_ns(d, buf + sizeof(*st));
-		rec = sizeof(struct kv_admin_ns);
-	} else if (a->req.cmd == KV_ADMIN_CLIENTS) {
-		n = fill_clients(d, buf + sizeof(*st));
-		rec = sizeof(struct kv_admin_client);
-	} else if (a->req.cmd == KV_ADMIN_PREFIX ||
-		   a->req.cmd == KV_ADMIN_EVICT) {
-		n = fill_prefix(d, buf + sizeof(*st),
-				a->req.cmd == KV_ADMIN_EVICT, a->req.arg[0]);
-		rec = sizeof(struct kv_admin_prefix);
-	} else if (a->req.cmd == KV_ADMIN_TENANTS) {
-		n = fill_tenants(d, buf + sizeof(*st));
-		rec = sizeof(struct kv_admin_tenant);
-	} else if (a->req.cmd == KV_ADMIN_RELOAD) {
-		struct kv_admin_msg *m = (void *)(buf + sizeof(*st));
-
-		st->status = kvd_reload(d, m->text, sizeof(m->text));
-		n = 1;
-		rec = sizeof(*m);
-	} else if (a->req.cmd == KV_ADMIN_CHECK) {
-		n = fill_check(d, buf + sizeof(*st));
-		rec = sizeof(struct kv_admin_check);
-	} else if (a->req.cmd == KV_ADMIN_TREE) {
-		int ret = a->req.arg[0] < d->cfg.max_namespaces &&
-			  d->ns[a->req.arg[0]].live ?
-			  kvd_prefix_tree(&d->ns[a->req.arg[0]],
-					  (void *)(buf + sizeof(*st)),
-					  KV_ADMIN_MAX_RECORDS,
-					  a->req.arg[1]) : -ENOENT;
-
+	cmd = admin_cmd(a, len, st);
+	if (cmd) {
+		ret = cmd->fill(d, &a->req, st, buf + sizeof(*st));
 		if (ret < 0)
 			st->status = ret;
 		else
 			n = (size_t)ret;
-		rec = sizeof(struct kv_admin_tree_node);
-	} else {
-		st->status = -EOPNOTSUPP;
 	}
 	st->nr_records = (uint32_t)n;
-	if (send(a->fd, buf, sizeof(*st) + n * rec,
+	if (send(a->fd, buf, sizeof(*st) + n * (cmd ? cmd->rec : 0),
 		 MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
-		kvd_dbg("admin reply: %m");
+		kvd_dbg("admin %s reply: %m", cmd ? cmd->name : "bad");
 	free(buf);
 }
 
@@ -299,7 +347,7 @@ void kvd_admin_accept(struct kvd *d, int fd)
 	d->adm[i].fd = fd;
 	d->adm[i].gen++;
 	d->adm[i].t_accept_ns = kvd_now_ns();
-	err = d->loop->arm_admin(d, i);
+	err = kvd_loop_arm_admin(d, i);
 	if (err) {
 		kvd_warn("admin: cannot watch a connection: %s", strerror(-err));
 		close(fd);

@@ -75,10 +75,9 @@ static void arm_ctrl(struct kvd *d, struct kvd_client *c)
 	c->iov.iov_len = sizeof(c->rx.raw);
 	c->msg.msg_iov = &c->iov;
 	c->msg.msg_iovlen = 1;
-	err = d->loop->arm_ctrl(d, c);
+	err = kvd_loop_arm_ctrl(d, c);
 	if (err)
 		return arm_failed(d, c, err);
-	c->inflight++;
 }
 
 static void arm_doorbell(struct kvd *d, struct kvd_client *c)
@@ -87,10 +86,9 @@ static void arm_doorbell(struct kvd *d, struct kvd_client *c)
 
 	if (c->state == KVD_CLIENT_DEAD)
 		return;
-	err = d->loop->arm_doorbell(d, c);
+	err = kvd_loop_arm_doorbell(d, c);
 	if (err)
 		return arm_failed(d, c, err);
-	c->inflight++;
 }
 
 static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
@@ -157,7 +155,6 @@ void kvd_client_accept(struct kvd *d, int fd)
 	c->tenant = -1;
 	peer_groups(c, fd);
 	c->t_accept_ns = kvd_now_ns();
-	c->ep_armed = c->ep_watched = 0;
 	c->ns = NULL;
 	c->ops = 0;
 	kvd_holder_init(&c->holder, c->slot);
@@ -530,7 +527,7 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 		ns_put(d, c->ns);
 		c->ns = NULL;
 	}
-	d->loop->cancel(d, c);
+	kvd_loop_cancel(d, c);
 	shutdown(c->sock, SHUT_RDWR);
 	close(c->sock);
 	c->sock = -1;

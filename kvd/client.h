@@ -78,8 +78,6 @@ struct kvd_client {
 	uint64_t	ops;
 
 	/* buffers of the event-loop ops in flight */
-	uint8_t		ep_armed;	/* epoll: ops armed, 1 << KVD_EV_* */
-	uint8_t		ep_watched;	/* epoll: fds in the set, 1 << KVD_EV_* */
 	uint64_t	evbuf;
 	struct msghdr	msg;
 	struct iovec	iov;

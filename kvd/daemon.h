@@ -9,8 +9,6 @@
 #ifndef KVD_DAEMON_H
 #define KVD_DAEMON_H
 
-#include <liburing.h>
-
 #include "admin.h"
 #include "config.h"
 #include "kvd.h"
@@ -50,8 +48,7 @@ struct kvd {
 	char		*conf_path;	/* the file read, NULL if none */
 	struct kvd_tenant tenants[KVD_MAX_TENANTS];
 	const struct kvd_loop_ops *loop;	/* the event loop's backend */
-	struct io_uring	ring;
-	int		ep_fd, tick_fd;	/* the epoll backend's */
+	void		*loop_priv;	/* its state (loop_uring.c, loop_epoll.c) */
 	struct kvd_pool	pool;
 	const struct kvd_backend *be;	/* where the pool lives (backend.h) */
 	struct kvd_cuda	*cuda;		/* the cuda backend's state */
@@ -96,7 +93,6 @@ struct kvd {
 	bool		accept_paused[2];	/* out of fds: re-armed by the tick */
 	struct kvd_ratelimit rl_full, rl_kill, rl_accept, rl_ext;
 	uint8_t		sigbuf[128];	/* struct signalfd_siginfo */
-	struct __kernel_timespec tick;
 };
 
 /* main.c */

@@ -1,19 +1,19 @@
 // SPDX-License-Identifier: MIT
 /*
- * The event loop: one io_uring (liburing) waits on the listening sockets
- * (multishot accept), every client's control socket (recvmsg) and doorbell
- * eventfd (read), the signalfd and a periodic timeout. Between waits, every
- * live ring is drained in turns of at most sq_budget units of work, so no client can
- * starve another; before sleeping, each ring gets KV_SQ_NEED_WAKEUP and is
- * looked at once more (kvd/ring.c has the ordering contract).
- *
- * Where io_uring cannot be had (no kernel support, kernel.io_uring_disabled,
- * a seccomp profile), kvd_epoll_ops (loop_epoll.c) does the same with epoll;
- * the handlers here and in client.c and admin.c serve both.
+ * The event loop, neutral of its backend: it chooses one (io_uring, else
+ * epoll: loop_uring.c, loop_epoll.c, behind struct kvd_loop_ops), arms
+ * through it the listening sockets' accepts, every client's control
+ * socket (recvmsg) and doorbell eventfd (read), the admin connections,
+ * the signalfd and a periodic tick, and takes every completion in one
+ * dispatcher (kvd_loop_complete), which alone packs and unpacks
+ * user_data. Between waits, every live ring is drained in turns of at
+ * most sq_budget units of work, so no client can starve another; before
+ * sleeping, each ring gets KV_SQ_NEED_WAKEUP and is looked at once more
+ * (kvd/ring.c has the ordering contract).
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,177 +29,120 @@
 #include "loop.h"
 #include "ring.h"
 
-#define KVD_URING_ENTRIES	1024
+/* What an op is for: the top byte of its user_data. */
+enum kvd_ev {
+	KVD_EV_ACCEPT = 1,
+	KVD_EV_ADMIN_ACCEPT,
+	KVD_EV_SIGNAL,
+	KVD_EV_TICK,
+	KVD_EV_CTRL,
+	KVD_EV_DOORBELL,
+	KVD_EV_ADMIN_RECV,
+};
 
-static struct io_uring_sqe *uring_sqe(struct kvd *d)
+/* user_data: type | slot | generation (the slot's, so stale ones show) */
+static uint64_t ev_pack(int type, uint32_t slot, uint32_t gen)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&d->ring);
-
-	while (!sqe) {
-		/* SQ full: hand what is queued to the kernel, then retry. */
-		io_uring_submit(&d->ring);
-		sqe = io_uring_get_sqe(&d->ring);
-	}
-	return sqe;
+	return (uint64_t)type << 56 | (uint64_t)(slot & 0xffffff) << 32 | gen;
 }
 
-static int uring_arm_accept(struct kvd *d, int type)
+static int arm(struct kvd *d, enum kvd_loop_io io, int fd, void *buf,
+	       size_t len, uint64_t user_data)
 {
-	struct io_uring_sqe *sqe = uring_sqe(d);
+	struct kvd_loop_op op = {
+		.io = io, .fd = fd, .buf = buf, .len = len,
+		.user_data = user_data,
+	};
+
+	return d->loop->arm(d, &op);
+}
+
+static int arm_accept(struct kvd *d, int type)
+{
 	int fd = type == KVD_EV_ACCEPT ? d->listen_fd : d->admin_fd;
 
-	io_uring_prep_multishot_accept(sqe, fd, NULL, NULL, SOCK_CLOEXEC);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(type, 0, 0));
-	return 0;
+	return arm(d, KVD_IO_ACCEPT, fd, NULL, 0, ev_pack(type, 0, 0));
 }
 
-static int uring_arm_ctrl(struct kvd *d, struct kvd_client *c)
+static int arm_signal(struct kvd *d)
 {
-	struct io_uring_sqe *sqe = uring_sqe(d);
-
-	io_uring_prep_recvmsg(sqe, c->sock, &c->msg, 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_CTRL, c->slot, c->gen));
-	return 0;
+	return arm(d, KVD_IO_READ, d->signal_fd, d->sigbuf,
+		   sizeof(struct signalfd_siginfo), ev_pack(KVD_EV_SIGNAL, 0, 0));
 }
 
-static int uring_arm_doorbell(struct kvd *d, struct kvd_client *c)
+static int arm_tick(struct kvd *d)
 {
-	struct io_uring_sqe *sqe = uring_sqe(d);
-
-	io_uring_prep_read(sqe, c->sq_evfd, &c->evbuf, sizeof(c->evbuf), 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_DOORBELL, c->slot,
-						 c->gen));
-	return 0;
+	return arm(d, KVD_IO_TICK, -1, NULL, 0, ev_pack(KVD_EV_TICK, 0, 0));
 }
 
-static int uring_arm_admin(struct kvd *d, uint32_t slot)
+/* @c's control socket: its HELLO, later only its close (into c->msg). */
+int kvd_loop_arm_ctrl(struct kvd *d, struct kvd_client *c)
 {
-	struct io_uring_sqe *sqe = uring_sqe(d);
+	int err = arm(d, KVD_IO_RECVMSG, c->sock, &c->msg, 0,
+		      ev_pack(KVD_EV_CTRL, c->slot, c->gen));
+
+	if (!err)
+		c->inflight++;
+	return err;
+}
+
+/* @c's doorbell: it rang (SQEs while parked). */
+int kvd_loop_arm_doorbell(struct kvd *d, struct kvd_client *c)
+{
+	int err = arm(d, KVD_IO_READ, c->sq_evfd, &c->evbuf, sizeof(c->evbuf),
+		      ev_pack(KVD_EV_DOORBELL, c->slot, c->gen));
+
+	if (!err)
+		c->inflight++;
+	return err;
+}
+
+/* Admin connection @slot's one request. */
+int kvd_loop_arm_admin(struct kvd *d, uint32_t slot)
+{
 	struct kvd_admin_conn *a = &d->adm[slot];
 
-	io_uring_prep_recv(sqe, a->fd, &a->req, sizeof(a->req) + sizeof(a->pad),
-			   0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_ADMIN_RECV, slot,
-						 a->gen));
-	return 0;
-}
-
-static void cancel_op(struct kvd *d, struct kvd_client *c, int type)
-{
-	struct io_uring_sqe *sqe = uring_sqe(d);
-
-	io_uring_prep_cancel64(sqe, kvd_ev_pack(type, c->slot, c->gen), 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_IGNORE, 0, 0));
-}
-
-/* The cancelled ops still complete (-ECANCELED), into the handlers. */
-static void uring_cancel(struct kvd *d, struct kvd_client *c)
-{
-	if (c->state == KVD_CLIENT_LIVE)
-		cancel_op(d, c, KVD_EV_DOORBELL);
-	cancel_op(d, c, KVD_EV_CTRL);
-	/*
-	 * io_uring looks fds up when it issues an SQE: ops on this socket
-	 * still queued must be issued before its number can be reused by
-	 * the next accept, or they would act on another client's socket.
-	 */
-	io_uring_submit(&d->ring);
-}
-
-static void arm_signal(struct kvd *d)
-{
-	struct io_uring_sqe *sqe = uring_sqe(d);
-
-	io_uring_prep_read(sqe, d->signal_fd, d->sigbuf,
-			   sizeof(struct signalfd_siginfo), 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_SIGNAL, 0, 0));
-}
-
-static void arm_tick(struct kvd *d)
-{
-	struct io_uring_sqe *sqe = uring_sqe(d);
-
-	d->tick.tv_sec = 0;
-	d->tick.tv_nsec = KVD_TICK_MS * 1000000LL;
-	io_uring_prep_timeout(sqe, &d->tick, 0, 0);
-	io_uring_sqe_set_data64(sqe, kvd_ev_pack(KVD_EV_TICK, 0, 0));
+	return arm(d, KVD_IO_RECV, a->fd, &a->req,
+		   sizeof(a->req) + sizeof(a->pad),
+		   ev_pack(KVD_EV_ADMIN_RECV, slot, a->gen));
 }
 
 /*
- * -EOPNOTSUPP: the kernel has io_uring but not the SETUP flags of 5.19,
- * so neither multishot accept (5.19), which the loop is built on.
+ * @c is killed: end its ops before its fds close. Those that end now are
+ * no longer in flight; the others complete (-ECANCELED) into the
+ * dispatcher, which puts them.
  */
-static int uring_init(struct kvd *d)
+void kvd_loop_cancel(struct kvd *d, struct kvd_client *c)
 {
-	struct io_uring_params p = { 0 };
+	if (c->state == KVD_CLIENT_LIVE)
+		c->inflight -= d->loop->cancel(d, c->sq_evfd,
+				ev_pack(KVD_EV_DOORBELL, c->slot, c->gen));
+	c->inflight -= d->loop->cancel(d, c->sock,
+				ev_pack(KVD_EV_CTRL, c->slot, c->gen));
+}
+
+/* Set up @ops and arm the daemon's own ops through it. */
+static int loop_start(struct kvd *d, const struct kvd_loop_ops *ops)
+{
 	int ret;
 
-	p.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN;
-	ret = io_uring_queue_init_params(KVD_URING_ENTRIES, &d->ring, &p);
-	if (ret == -EINVAL) {
-		memset(&p, 0, sizeof(p));
-		ret = io_uring_queue_init_params(KVD_URING_ENTRIES, &d->ring,
-						 &p);
-		if (!ret) {
-			io_uring_queue_exit(&d->ring);
-			return -EOPNOTSUPP;
-		}
-	}
+	d->loop = ops;
+	ret = ops->init(d);
 	if (ret)
-		return ret;
-	uring_arm_accept(d, KVD_EV_ACCEPT);
-	uring_arm_accept(d, KVD_EV_ADMIN_ACCEPT);
-	arm_signal(d);
-	arm_tick(d);
-	/* io_uring_enter too may be blocked (seccomp): try it now. */
-	ret = io_uring_submit(&d->ring);
-	if (ret < 0) {
-		io_uring_queue_exit(&d->ring);
-		return ret;
-	}
-	return 0;
-}
-
-static void uring_exit(struct kvd *d)
-{
-	io_uring_queue_exit(&d->ring);
-}
-
-/* An integer sysctl, or -1. */
-static int read_sysctl(const char *path)
-{
-	char buf[32];
-	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	if (fd < 0)
-		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = 0;
-	return atoi(buf);
-}
-
-/* Why io_uring failed with @err, for the operator. */
-static void uring_why(int err, char *buf, size_t len)
-{
-	int off = read_sysctl("/proc/sys/kernel/io_uring_disabled");
-
-	if (err == -EOPNOTSUPP)
-		snprintf(buf, len, "kernel older than 5.19: no multishot accept");
-	else if (err == -EPERM && off > 0)
-		snprintf(buf, len, "io_uring: %s (sysctl kernel.io_uring_disabled = %d)",
-			 strerror(-err), off);
-	else if (err == -EPERM)
-		snprintf(buf, len, "io_uring: %s (blocked by a seccomp profile or an LSM?)",
-			 strerror(-err));
-	else if (err == -ENOSYS)
-		snprintf(buf, len, "io_uring: %s (kernel without io_uring, or blocked by a seccomp profile)",
-			 strerror(-err));
-	else
-		snprintf(buf, len, "io_uring: %s", strerror(-err));
+		goto out;
+	ret = arm_accept(d, KVD_EV_ACCEPT);
+	if (!ret)
+		ret = arm_accept(d, KVD_EV_ADMIN_ACCEPT);
+	if (!ret)
+		ret = arm_signal(d);
+	if (!ret)
+		ret = arm_tick(d);
+	if (!ret)
+		return 0;
+	ops->exit(d);
+out:
+	d->loop = NULL;
+	return ret;
 }
 
 /* io_uring unless told otherwise or unavailable; then epoll. */
@@ -208,15 +151,13 @@ int kvd_loop_init(struct kvd *d)
 	char why[160];
 	int ret;
 
-	d->ep_fd = d->tick_fd = -1;
 	if (d->cfg.event_loop != KVD_LOOP_EPOLL) {
-		ret = uring_init(d);
+		ret = loop_start(d, &kvd_uring_ops);
 		if (!ret) {
-			d->loop = &kvd_uring_ops;
 			kvd_dbg("event loop: %s", d->loop->name);
 			return 0;
 		}
-		uring_why(ret, why, sizeof(why));
+		kvd_uring_ops.explain(ret, why, sizeof(why));
 		if (d->cfg.event_loop == KVD_LOOP_IO_URING) {
 			kvd_err("--event-loop io_uring: %s", why);
 			return ret;
@@ -225,21 +166,23 @@ int kvd_loop_init(struct kvd *d)
 	} else {
 		kvd_info("event loop: epoll");
 	}
-	d->loop = &kvd_epoll_ops;
-	ret = d->loop->init(d);
-	if (ret)
-		kvd_err("%s event loop set-up failed: %s", d->loop->name,
-			strerror(-ret));
+	ret = loop_start(d, &kvd_epoll_ops);
+	if (ret) {
+		kvd_epoll_ops.explain(ret, why, sizeof(why));
+		kvd_err("%s event loop set-up failed: %s", kvd_epoll_ops.name,
+			why);
+	}
 	return ret;
 }
 
 void kvd_loop_exit(struct kvd *d)
 {
-	d->loop->exit(d);
+	if (d->loop)
+		d->loop->exit(d);
 }
 
 /* A signal was read (@res bytes, or -errno) into d->sigbuf. */
-void kvd_loop_signal(struct kvd *d, int res)
+static void on_signal(struct kvd *d, int res)
 {
 	const struct signalfd_siginfo *si = (const void *)d->sigbuf;
 
@@ -257,10 +200,10 @@ void kvd_loop_signal(struct kvd *d, int res)
 
 /*
  * An accept of @type finished with @res, a new fd or -errno. False when
- * out of fds (or memory): retrying at once would spin, so the caller
- * stops accepting and the tick retries.
+ * out of fds (or memory): retrying at once would spin, so accepting
+ * stops and the tick retries.
  */
-bool kvd_loop_accepted(struct kvd *d, int type, int res)
+static bool accepted(struct kvd *d, int type, int res)
 {
 	if (res >= 0) {
 		if (type == KVD_EV_ACCEPT)
@@ -276,29 +219,28 @@ bool kvd_loop_accepted(struct kvd *d, int type, int res)
 	       res != -ENOMEM;
 }
 
-static void on_accept(struct kvd *d, struct io_uring_cqe *cqe, int type)
+/* @more: the accept goes on. False: it must end (the tick re-arms it). */
+static bool on_accept(struct kvd *d, int type, int res, bool more)
 {
-	bool more = kvd_loop_accepted(d, type, cqe->res);
-
-	if ((cqe->flags & IORING_CQE_F_MORE) || d->stop)
-		return;
-	if (more)
-		uring_arm_accept(d, type);
-	else
+	if (!accepted(d, type, res)) {
 		d->accept_paused[type == KVD_EV_ACCEPT ? 0 : 1] = true;
+		return false;
+	}
+	if (!more && !d->stop && arm_accept(d, type))
+		d->accept_paused[type == KVD_EV_ACCEPT ? 0 : 1] = true;
+	return true;
 }
 
 static void resume_accept(struct kvd *d)
 {
-	if (d->accept_paused[0] && !d->loop->arm_accept(d, KVD_EV_ACCEPT))
+	if (d->accept_paused[0] && !arm_accept(d, KVD_EV_ACCEPT))
 		d->accept_paused[0] = false;
-	if (d->accept_paused[1] &&
-	    !d->loop->arm_accept(d, KVD_EV_ADMIN_ACCEPT))
+	if (d->accept_paused[1] && !arm_accept(d, KVD_EV_ADMIN_ACCEPT))
 		d->accept_paused[1] = false;
 }
 
 /* Every KVD_TICK_MS. */
-void kvd_loop_tick(struct kvd *d)
+static void on_tick(struct kvd *d)
 {
 	kvd_clients_tick(d);
 	kvd_admin_tick(d);
@@ -306,42 +248,60 @@ void kvd_loop_tick(struct kvd *d)
 	resume_accept(d);
 }
 
-static void dispatch(struct kvd *d, struct io_uring_cqe *cqe)
+static void on_client(struct kvd *d, int type, uint32_t slot, uint32_t gen,
+		      int res)
 {
-	uint64_t ud = io_uring_cqe_get_data64(cqe);
-	int type = (int)(ud >> 56);
-	uint32_t slot = (ud >> 32) & 0xffffff, gen = (uint32_t)ud;
 	struct kvd_client *c;
+
+	if (slot >= d->nr_slots)
+		return;
+	c = &d->clients[slot];
+	if (kvd_warn_on_once(c->gen != gen || !c->inflight))
+		return;
+	if (type == KVD_EV_CTRL)
+		kvd_client_ctrl_done(d, c, res);
+	else
+		kvd_client_doorbell_done(d, c, res);
+	kvd_client_put_op(d, c);
+}
+
+/*
+ * kvd_loop_complete - the dispatcher: the op armed with @user_data
+ * finished with @res (bytes, an accepted fd, or -errno); @more: it stays
+ * armed (an accept that goes on). Both backends call it with every
+ * completion. False when the op must end now: an accept out of fds.
+ */
+bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res, bool more)
+{
+	int type = (int)(user_data >> 56);
+	uint32_t slot = (user_data >> 32) & 0xffffff, gen = (uint32_t)user_data;
 
 	switch (type) {
 	case KVD_EV_ACCEPT:
 	case KVD_EV_ADMIN_ACCEPT:
-		return on_accept(d, cqe, type);
+		return on_accept(d, type, res, more);
 	case KVD_EV_SIGNAL:
-		kvd_loop_signal(d, cqe->res);
-		if (!d->stop)
-			arm_signal(d);
-		return;
+		on_signal(d, res);
+		if (!d->stop && arm_signal(d))
+			kvd_err("cannot watch the signalfd any more");
+		break;
 	case KVD_EV_TICK:
-		kvd_loop_tick(d);
-		return arm_tick(d);
+		on_tick(d);
+		if (arm_tick(d))
+			kvd_err("cannot arm the tick any more");
+		break;
 	case KVD_EV_ADMIN_RECV:
-		return kvd_admin_recv_done(d, slot, cqe->res);
+		if (slot < KVD_MAX_ADMIN && d->adm[slot].gen == gen)
+			kvd_admin_recv_done(d, slot, res);
+		break;
 	case KVD_EV_CTRL:
 	case KVD_EV_DOORBELL:
-		if (slot >= d->nr_slots)
-			break;
-		c = &d->clients[slot];
-		if (kvd_warn_on_once(c->gen != gen || !c->inflight))
-			return;
-		if (type == KVD_EV_CTRL)
-			kvd_client_ctrl_done(d, c, cqe->res);
-		else
-			kvd_client_doorbell_done(d, c, cqe->res);
-		return kvd_client_put_op(d, c);
-	default:
+		on_client(d, type, slot, gen, res);
 		break;
+	default:
+		break;		/* KVD_LOOP_UD_NONE: a backend's own op */
 	}
+	return true;
 }
 
 /* Clients that could not be given an extent: disconnect them now. */
@@ -544,40 +504,6 @@ static bool prepare_sleep(struct kvd *d)
 		busy |= try_park(d, &d->clients[d->live[j]]);
 	return busy;
 }
-
-static int uring_wait(struct kvd *d, bool busy)
-{
-	struct io_uring_cqe *cqe;
-	unsigned head, n = 0;
-	int ret;
-
-	if (busy)
-		ret = io_uring_submit(&d->ring);
-	else
-		ret = io_uring_submit_and_wait(&d->ring, 1);
-	if (ret < 0 && ret != -EINTR && ret != -EBUSY && ret != -ETIME) {
-		kvd_err("io_uring: %s", strerror(-ret));
-		return ret;
-	}
-	io_uring_for_each_cqe(&d->ring, head, cqe) {
-		dispatch(d, cqe);
-		n++;
-	}
-	io_uring_cq_advance(&d->ring, n);
-	return 0;
-}
-
-const struct kvd_loop_ops kvd_uring_ops = {
-	.name		= "io_uring",
-	.init		= uring_init,
-	.exit		= uring_exit,
-	.wait		= uring_wait,
-	.arm_accept	= uring_arm_accept,
-	.arm_ctrl	= uring_arm_ctrl,
-	.arm_doorbell	= uring_arm_doorbell,
-	.arm_admin	= uring_arm_admin,
-	.cancel		= uring_cancel,
-};
 
 int kvd_loop_run(struct kvd *d)
 {

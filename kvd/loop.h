@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The event loop: one seam (struct kvd_loop_ops) with two backends,
- * io_uring and epoll, completing into the shared handlers of client.c,
- * admin.c and loop.c.
+ * The event loop: the neutral loop (loop.c) over one seam, struct
+ * kvd_loop_ops, with two backends of private state, io_uring
+ * (loop_uring.c) and epoll (loop_epoll.c). Every completion of either goes
+ * to one dispatcher, kvd_loop_complete().
  */
 #ifndef KVD_LOOP_H
 #define KVD_LOOP_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define KVD_TICK_MS	250		/* the event loop's periodic tick */
@@ -20,55 +22,70 @@ enum kvd_loop_kind {
 	KVD_LOOP_EPOLL,
 };
 
-/* user_data of the daemon's io_uring (epoll data): type | slot | generation */
-enum kvd_ev {
-	KVD_EV_ACCEPT = 1,
-	KVD_EV_ADMIN_ACCEPT,
-	KVD_EV_SIGNAL,
-	KVD_EV_TICK,
-	KVD_EV_CTRL,
-	KVD_EV_DOORBELL,
-	KVD_EV_ADMIN_RECV,
-	KVD_EV_IGNORE,
+/* The I/O an armed op does (struct kvd_loop_op.io). */
+enum kvd_loop_io {
+	KVD_IO_ACCEPT,		/* an fd per connection until it fails */
+	KVD_IO_READ,		/* read(fd, buf, len) */
+	KVD_IO_RECV,		/* recv(fd, buf, len) */
+	KVD_IO_RECVMSG,		/* recvmsg(fd, buf: a struct msghdr) */
+	KVD_IO_TICK,		/* KVD_TICK_MS passed (no fd, no buffer) */
 };
 
-static inline uint64_t kvd_ev_pack(int type, uint32_t slot, uint32_t gen)
-{
-	return (uint64_t)type << 56 | (uint64_t)(slot & 0xffffff) << 32 | gen;
-}
+/*
+ * One op to arm: io_uring does its I/O, epoll waits until @fd is ready
+ * and does it then. Either hands @user_data and the result (bytes, the
+ * accepted fd, or -errno) to kvd_loop_complete(). user_data is the
+ * dispatcher's; a backend only carries it.
+ */
+struct kvd_loop_op {
+	enum kvd_loop_io io;
+	int		fd;
+	void		*buf;
+	size_t		len;
+	uint64_t	user_data;
+};
+
+/* user_data of a backend's own ops (io_uring's cancels): ignored */
+#define KVD_LOOP_UD_NONE	0
 
 struct kvd;
 struct kvd_client;
 
 /*
- * The event loop's backend (loop.c: io_uring, loop_epoll.c: epoll). An
- * armed op completes once, into the shared handlers (kvd_client_*_done,
- * kvd_admin_recv_done, kvd_loop_accepted, kvd_loop_signal, kvd_loop_tick);
- * io_uring does the I/O, epoll waits for readiness and does it here.
- * The arm ops return 0 or -errno (io_uring's never fail).
+ * The event loop's backend. Its state is its own (d->loop_priv, set up
+ * in init, freed in exit). An armed op completes once (an accept: until
+ * it fails); the backends know nothing of what an op is for.
  */
 struct kvd_loop_ops {
 	const char	*name;
 	int		(*init)(struct kvd *d);
 	void		(*exit)(struct kvd *d);
+	/* Why init failed with @err, for the operator. */
+	void		(*explain)(int err, char *buf, size_t len);
 	/* Complete what is ready; sleep until something is unless @busy. */
 	int		(*wait)(struct kvd *d, bool busy);
-	int		(*arm_accept)(struct kvd *d, int type);
-	int		(*arm_ctrl)(struct kvd *d, struct kvd_client *c);
-	int		(*arm_doorbell)(struct kvd *d, struct kvd_client *c);
-	int		(*arm_admin)(struct kvd *d, uint32_t slot);
-	/* A client is killed: end its ops before its fds close. */
-	void		(*cancel)(struct kvd *d, struct kvd_client *c);
+	/* 0 or -errno (io_uring's never fails) */
+	int		(*arm)(struct kvd *d, const struct kvd_loop_op *op);
+	/*
+	 * End the op armed with @user_data on @fd before @fd closes: 1
+	 * when it ended now and will not complete, 0 when it completes
+	 * later (-ECANCELED) or was not armed.
+	 */
+	int		(*cancel)(struct kvd *d, int fd, uint64_t user_data);
 };
 
-/* loop.c, loop_epoll.c */
+/* loop_uring.c, loop_epoll.c */
 extern const struct kvd_loop_ops kvd_uring_ops;
 extern const struct kvd_loop_ops kvd_epoll_ops;
+
+/* loop.c */
 int kvd_loop_init(struct kvd *d);
 void kvd_loop_exit(struct kvd *d);
 int kvd_loop_run(struct kvd *d);
-bool kvd_loop_accepted(struct kvd *d, int type, int res);
-void kvd_loop_signal(struct kvd *d, int res);
-void kvd_loop_tick(struct kvd *d);
+bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res, bool more);
+int kvd_loop_arm_ctrl(struct kvd *d, struct kvd_client *c);
+int kvd_loop_arm_doorbell(struct kvd *d, struct kvd_client *c);
+int kvd_loop_arm_admin(struct kvd *d, uint32_t slot);
+void kvd_loop_cancel(struct kvd *d, struct kvd_client *c);
 
 #endif /* KVD_LOOP_H */

@@ -1,254 +1,101 @@
 // SPDX-License-Identifier: MIT
 /*
- * The epoll event loop, for hosts without io_uring (loop.c chooses it).
- * It keeps io_uring's model, so the handlers are the same: an op is armed
- * by watching its fd for input (EPOLLONESHOT, as an io_uring op completes
- * once); when the fd is ready, the read, recvmsg or accept is done here,
- * without blocking, and its result goes to the handler the io_uring CQE
- * would have gone to. The tick is a timerfd; signals are the signalfd.
+ * The epoll event-loop backend, for hosts without io_uring (loop.c chooses
+ * it). It keeps io_uring's model, so the dispatcher is the same: an op is
+ * armed by watching its fd for input (EPOLLONESHOT, as an io_uring op
+ * completes once; an accept stays watched, as a multishot accept goes on);
+ * when the fd is ready, the read, recv, recvmsg or accept is done here,
+ * without blocking, and its result goes to kvd_loop_complete() as a CQE's
+ * would. The tick is a timerfd.
  *
+ * Each fd has at most one op, so the ops are kept by fd (struct ep_slot,
+ * grown as fds come), in this file's own state (struct ep, d->loop_priv).
  * Events of one epoll_wait batch can be stale: an earlier one may have
- * killed the client (or reused its slot). The generation and ep_armed
- * tell them apart, as the generation does for CQEs.
+ * cancelled the op; its slot is then no longer armed.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "admin.h"
-#include "client.h"
 #include "daemon.h"
 #include "loop.h"
 
 #define KVD_EP_EVENTS	64
 #define KVD_EP_ACCEPTS	32	/* per wake-up; a listener stays ready */
-#define EV_BIT(type)	(1U << (type))
 
-static int ep_add(struct kvd *d, int fd, uint32_t events, uint64_t ud)
+/* The op on one fd. */
+struct ep_slot {
+	struct kvd_loop_op op;
+	bool		armed;		/* an op waits for this fd */
+	bool		watched;	/* in the set (maybe stale: closed) */
+};
+
+struct ep {
+	int		fd;
+	int		tick_fd;
+	uint64_t	expired;	/* the tick's read */
+	struct ep_slot	*slots;		/* [nr_slots], by fd */
+	int		nr_slots;
+};
+
+static struct ep *ep_of(struct kvd *d)
 {
-	struct epoll_event ev = { .events = events, .data.u64 = ud };
-
-	return epoll_ctl(d->ep_fd, EPOLL_CTL_ADD, fd, &ev) ? -errno : 0;
+	return d->loop_priv;
 }
 
-static int ep_mod(struct kvd *d, int fd, uint32_t events, uint64_t ud)
+/* The slot of @fd, grown into if need be; NULL: out of memory. */
+static struct ep_slot *ep_slot(struct ep *ep, int fd)
 {
-	struct epoll_event ev = { .events = events, .data.u64 = ud };
+	struct ep_slot *s;
+	int n;
 
-	return epoll_ctl(d->ep_fd, EPOLL_CTL_MOD, fd, &ev) ? -errno : 0;
-}
-
-/* Arm a client's op of @type on @fd: watch it, or watch it again. */
-static int ep_arm_client(struct kvd *d, struct kvd_client *c, int type,
-			 int fd)
-{
-	uint64_t ud = kvd_ev_pack(type, c->slot, c->gen);
-	uint32_t events = EPOLLIN | EPOLLONESHOT;
-	int err;
-
-	if (c->ep_watched & EV_BIT(type)) {
-		err = ep_mod(d, fd, events, ud);
-	} else {
-		err = ep_add(d, fd, events, ud);
-		if (!err)
-			c->ep_watched |= EV_BIT(type);
-	}
-	if (!err)
-		c->ep_armed |= EV_BIT(type);
-	return err;
-}
-
-static int ep_arm_ctrl(struct kvd *d, struct kvd_client *c)
-{
-	return ep_arm_client(d, c, KVD_EV_CTRL, c->sock);
-}
-
-static int ep_arm_doorbell(struct kvd *d, struct kvd_client *c)
-{
-	return ep_arm_client(d, c, KVD_EV_DOORBELL, c->sq_evfd);
-}
-
-/* An admin fd is new each time; closing it drops the watch (no one
- * else holds it). */
-static int ep_arm_admin(struct kvd *d, uint32_t slot)
-{
-	struct kvd_admin_conn *a = &d->adm[slot];
-
-	return ep_add(d, a->fd, EPOLLIN | EPOLLONESHOT,
-		      kvd_ev_pack(KVD_EV_ADMIN_RECV, slot, a->gen));
-}
-
-static int ep_arm_accept(struct kvd *d, int type)
-{
-	int fd = type == KVD_EV_ACCEPT ? d->listen_fd : d->admin_fd;
-
-	return ep_add(d, fd, EPOLLIN, kvd_ev_pack(type, 0, 0));
-}
-
-static void ep_unwatch(struct kvd *d, struct kvd_client *c, int type, int fd)
-{
-	if (c->ep_watched & EV_BIT(type))
-		epoll_ctl(d->ep_fd, EPOLL_CTL_DEL, fd, NULL);
-	c->ep_watched &= ~EV_BIT(type);
-	if (c->ep_armed & EV_BIT(type)) {
-		c->ep_armed &= ~EV_BIT(type);
-		c->inflight--;
-	}
+	if (fd < ep->nr_slots)
+		return &ep->slots[fd];
+	n = ep->nr_slots ? ep->nr_slots : 64;
+	while (n <= fd)
+		n *= 2;
+	s = realloc(ep->slots, n * sizeof(*s));
+	if (!s)
+		return NULL;
+	memset(s + ep->nr_slots, 0, (n - ep->nr_slots) * sizeof(*s));
+	ep->slots = s;
+	ep->nr_slots = n;
+	return &s[fd];
 }
 
 /*
- * The ops end now, not later: nothing completes. The doorbell must leave
- * the set explicitly: the client holds it too, so our close would not.
+ * Watch @fd, or watch it again. The watched bit is a hint: an fd closed
+ * left the set with it (no one else held it), and a new one of the same
+ * number is not in it yet.
  */
-static void ep_cancel(struct kvd *d, struct kvd_client *c)
+static int ep_watch(struct ep *ep, struct ep_slot *s, int fd, uint32_t events)
 {
-	ep_unwatch(d, c, KVD_EV_DOORBELL, c->sq_evfd);
-	ep_unwatch(d, c, KVD_EV_CTRL, c->sock);
-}
+	struct epoll_event ev = { .events = events, .data.fd = fd };
+	int op = s->watched ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
 
-/* -errno, or the byte count, as an io_uring CQE would have it. */
-static int ep_res(ssize_t n)
-{
-	return n < 0 ? -errno : (int)n;
-}
-
-static void ep_client(struct kvd *d, int type, uint32_t slot, uint32_t gen)
-{
-	struct kvd_client *c;
-	int fd, res;
-
-	if (slot >= d->nr_slots)
-		return;
-	c = &d->clients[slot];
-	if (c->gen != gen || !(c->ep_armed & EV_BIT(type)))
-		return;		/* stale: killed earlier in this batch */
-	fd = type == KVD_EV_CTRL ? c->sock : c->sq_evfd;
-	if (type == KVD_EV_CTRL)
-		res = ep_res(recvmsg(fd, &c->msg, MSG_DONTWAIT));
-	else
-		res = ep_res(read(fd, &c->evbuf, sizeof(c->evbuf)));
-	if (res == -EAGAIN || res == -EINTR) {
-		/* Not ready after all: still armed, watch again. */
-		res = ep_arm_client(d, c, type, fd);
-		if (!res)
-			return;
-	}
-	c->ep_armed &= ~EV_BIT(type);
-	if (type == KVD_EV_CTRL)
-		kvd_client_ctrl_done(d, c, res);
-	else
-		kvd_client_doorbell_done(d, c, res);
-	kvd_client_put_op(d, c);
-}
-
-static void ep_admin(struct kvd *d, uint32_t slot, uint32_t gen)
-{
-	struct kvd_admin_conn *a;
-	int res;
-
-	if (slot >= KVD_MAX_ADMIN)
-		return;
-	a = &d->adm[slot];
-	if (a->fd < 0 || a->gen != gen)
-		return;
-	res = ep_res(recv(a->fd, &a->req, sizeof(a->req) + sizeof(a->pad),
-			  MSG_DONTWAIT));
-	if (res == -EAGAIN || res == -EINTR) {
-		res = ep_mod(d, a->fd, EPOLLIN | EPOLLONESHOT,
-			     kvd_ev_pack(KVD_EV_ADMIN_RECV, slot, gen));
-		if (!res)
-			return;
-	}
-	kvd_admin_recv_done(d, slot, res);
-}
-
-/* Accept what is queued, as multishot accept would. */
-static void ep_accept(struct kvd *d, int type)
-{
-	int which = type == KVD_EV_ACCEPT ? 0 : 1;
-	int lfd = which ? d->admin_fd : d->listen_fd;
-
-	for (int i = 0; i < KVD_EP_ACCEPTS && !d->stop; i++) {
-		int res = ep_res(accept4(lfd, NULL, NULL, SOCK_CLOEXEC));
-
-		if (res == -EAGAIN)
-			return;
-		if (kvd_loop_accepted(d, type, res))
-			continue;
-		/* Out of fds: the listener stays ready, so unwatch it. */
-		epoll_ctl(d->ep_fd, EPOLL_CTL_DEL, lfd, NULL);
-		d->accept_paused[which] = true;
-		return;
-	}
-}
-
-static void ep_signal(struct kvd *d)
-{
-	kvd_loop_signal(d, ep_res(read(d->signal_fd, d->sigbuf,
-					sizeof(struct signalfd_siginfo))));
-}
-
-static void ep_tick(struct kvd *d)
-{
-	uint64_t expired;
-
-	if (read(d->tick_fd, &expired, sizeof(expired)) == sizeof(expired))
-		kvd_loop_tick(d);
-}
-
-static void ep_dispatch(struct kvd *d, const struct epoll_event *ev)
-{
-	uint64_t ud = ev->data.u64;
-	int type = (int)(ud >> 56);
-	uint32_t slot = (ud >> 32) & 0xffffff, gen = (uint32_t)ud;
-
-	switch (type) {
-	case KVD_EV_ACCEPT:
-	case KVD_EV_ADMIN_ACCEPT:
-		return ep_accept(d, type);
-	case KVD_EV_SIGNAL:
-		return ep_signal(d);
-	case KVD_EV_TICK:
-		return ep_tick(d);
-	case KVD_EV_ADMIN_RECV:
-		return ep_admin(d, slot, gen);
-	case KVD_EV_CTRL:
-	case KVD_EV_DOORBELL:
-		return ep_client(d, type, slot, gen);
-	default:
-		break;
-	}
-}
-
-static int ep_wait(struct kvd *d, bool busy)
-{
-	struct epoll_event ev[KVD_EP_EVENTS];
-	int n = epoll_wait(d->ep_fd, ev, KVD_EP_EVENTS, busy ? 0 : -1);
-
-	if (n < 0) {
-		int err = -errno;
-
-		if (err == -EINTR)
-			return 0;
-		kvd_err("epoll_wait: %s", strerror(-err));
-		return err;
-	}
-	for (int i = 0; i < n; i++)
-		ep_dispatch(d, &ev[i]);
+	if (!epoll_ctl(ep->fd, op, fd, &ev))
+		goto watched;
+	if (errno != (s->watched ? ENOENT : EEXIST))
+		return -errno;
+	op = s->watched ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+	if (epoll_ctl(ep->fd, op, fd, &ev))
+		return -errno;
+watched:
+	s->watched = true;
 	return 0;
 }
 
-static void ep_exit(struct kvd *d)
+static void ep_unwatch(struct ep *ep, struct ep_slot *s, int fd)
 {
-	if (d->tick_fd >= 0)
-		close(d->tick_fd);
-	if (d->ep_fd >= 0)
-		close(d->ep_fd);
-	d->tick_fd = d->ep_fd = -1;
+	if (s->watched)
+		epoll_ctl(ep->fd, EPOLL_CTL_DEL, fd, NULL);
+	s->watched = s->armed = false;
 }
 
 /* accept4() runs until EAGAIN: the listeners must not block. */
@@ -261,52 +108,185 @@ static int set_nonblock(int fd)
 	return 0;
 }
 
+static int ep_arm(struct kvd *d, const struct kvd_loop_op *op)
+{
+	struct ep *ep = ep_of(d);
+	struct kvd_loop_op o = *op;
+	uint32_t events = EPOLLIN | EPOLLONESHOT;
+	struct ep_slot *s;
+	int err;
+
+	if (o.io == KVD_IO_TICK) {
+		o.fd = ep->tick_fd;
+		o.buf = &ep->expired;
+		o.len = sizeof(ep->expired);
+	} else if (o.io == KVD_IO_ACCEPT) {
+		err = set_nonblock(o.fd);
+		if (err)
+			return err;
+		events = EPOLLIN;
+	}
+	s = ep_slot(ep, o.fd);
+	if (!s)
+		return -ENOMEM;
+	err = ep_watch(ep, s, o.fd, events);
+	if (err)
+		return err;
+	s->op = o;
+	s->armed = true;
+	return 0;
+}
+
+/*
+ * The op ends now: nothing completes. The fd leaves the set explicitly:
+ * someone else may hold it too (a doorbell), so our close would not.
+ */
+static int ep_cancel(struct kvd *d, int fd, uint64_t user_data)
+{
+	struct ep *ep = ep_of(d);
+	struct ep_slot *s;
+	bool ended;
+
+	if (fd < 0 || fd >= ep->nr_slots)
+		return 0;
+	s = &ep->slots[fd];
+	ended = s->armed && s->op.user_data == user_data;
+	ep_unwatch(ep, s, fd);
+	return ended;
+}
+
+/* -errno, or the byte count, as an io_uring CQE would have it. */
+static int ep_res(ssize_t n)
+{
+	return n < 0 ? -errno : (int)n;
+}
+
+/* Accept what is queued, as multishot accept would. */
+static void ep_accept(struct kvd *d, int fd, uint64_t user_data)
+{
+	for (int i = 0; i < KVD_EP_ACCEPTS && !d->stop; i++) {
+		int res = ep_res(accept4(fd, NULL, NULL, SOCK_CLOEXEC));
+
+		if (res == -EAGAIN)
+			return;
+		if (kvd_loop_complete(d, user_data, res, true))
+			continue;
+		/* Out of fds: the listener stays ready, so unwatch it. */
+		ep_unwatch(ep_of(d), &ep_of(d)->slots[fd], fd);
+		return;
+	}
+}
+
+/* The I/O of a one-shot op. */
+static int ep_io(const struct kvd_loop_op *op)
+{
+	switch (op->io) {
+	case KVD_IO_RECV:
+		return ep_res(recv(op->fd, op->buf, op->len, MSG_DONTWAIT));
+	case KVD_IO_RECVMSG:
+		return ep_res(recvmsg(op->fd, op->buf, MSG_DONTWAIT));
+	default:
+		return ep_res(read(op->fd, op->buf, op->len));
+	}
+}
+
+/* @fd is ready: do its op's I/O and complete it. */
+static void ep_ready(struct kvd *d, int fd)
+{
+	struct ep *ep = ep_of(d);
+	struct kvd_loop_op op;
+	struct ep_slot *s;
+	int res;
+
+	if (fd < 0 || fd >= ep->nr_slots || !ep->slots[fd].armed)
+		return;		/* stale: cancelled earlier in this batch */
+	s = &ep->slots[fd];
+	op = s->op;
+	if (op.io == KVD_IO_ACCEPT)
+		return ep_accept(d, fd, op.user_data);
+	res = ep_io(&op);
+	if (res == -EAGAIN || res == -EINTR) {
+		/* Not ready after all: still armed, watch again. */
+		res = ep_watch(ep, s, fd, EPOLLIN | EPOLLONESHOT);
+		if (!res)
+			return;
+	}
+	/* Disarmed first: the dispatcher may arm this fd again. */
+	s->armed = false;
+	kvd_loop_complete(d, op.user_data, res, false);
+}
+
+static int ep_wait(struct kvd *d, bool busy)
+{
+	struct epoll_event ev[KVD_EP_EVENTS];
+	int n = epoll_wait(ep_of(d)->fd, ev, KVD_EP_EVENTS, busy ? 0 : -1);
+
+	if (n < 0) {
+		int err = -errno;
+
+		if (err == -EINTR)
+			return 0;
+		kvd_err("epoll_wait: %s", strerror(-err));
+		return err;
+	}
+	for (int i = 0; i < n; i++)
+		ep_ready(d, ev[i].data.fd);
+	return 0;
+}
+
+static void ep_exit(struct kvd *d)
+{
+	struct ep *ep = ep_of(d);
+
+	if (!ep)
+		return;
+	if (ep->tick_fd >= 0)
+		close(ep->tick_fd);
+	if (ep->fd >= 0)
+		close(ep->fd);
+	free(ep->slots);
+	free(ep);
+	d->loop_priv = NULL;
+}
+
 static int ep_init(struct kvd *d)
 {
 	struct itimerspec its = {
 		.it_interval.tv_nsec = KVD_TICK_MS * 1000000L,
 		.it_value.tv_nsec = KVD_TICK_MS * 1000000L,
 	};
+	struct ep *ep = calloc(1, sizeof(*ep));
 	int err;
 
-	d->ep_fd = epoll_create1(EPOLL_CLOEXEC);
-	if (d->ep_fd < 0)
-		return -errno;
-	d->tick_fd = timerfd_create(CLOCK_MONOTONIC,
-				    TFD_NONBLOCK | TFD_CLOEXEC);
-	if (d->tick_fd < 0 || timerfd_settime(d->tick_fd, 0, &its, NULL)) {
-		err = -errno;
+	if (!ep)
+		return -ENOMEM;
+	ep->tick_fd = -1;
+	d->loop_priv = ep;
+	ep->fd = epoll_create1(EPOLL_CLOEXEC);
+	if (ep->fd < 0)
 		goto fail;
-	}
-	err = set_nonblock(d->listen_fd);
-	if (!err)
-		err = set_nonblock(d->admin_fd);
-	if (!err)
-		err = ep_arm_accept(d, KVD_EV_ACCEPT);
-	if (!err)
-		err = ep_arm_accept(d, KVD_EV_ADMIN_ACCEPT);
-	if (!err)
-		err = ep_add(d, d->signal_fd, EPOLLIN,
-			     kvd_ev_pack(KVD_EV_SIGNAL, 0, 0));
-	if (!err)
-		err = ep_add(d, d->tick_fd, EPOLLIN,
-			     kvd_ev_pack(KVD_EV_TICK, 0, 0));
-	if (err)
+	ep->tick_fd = timerfd_create(CLOCK_MONOTONIC,
+				     TFD_NONBLOCK | TFD_CLOEXEC);
+	if (ep->tick_fd < 0 || timerfd_settime(ep->tick_fd, 0, &its, NULL))
 		goto fail;
 	return 0;
 fail:
+	err = -errno;
 	ep_exit(d);
 	return err;
+}
+
+static void ep_explain(int err, char *buf, size_t len)
+{
+	snprintf(buf, len, "%s", strerror(-err));
 }
 
 const struct kvd_loop_ops kvd_epoll_ops = {
 	.name		= "epoll",
 	.init		= ep_init,
 	.exit		= ep_exit,
+	.explain	= ep_explain,
 	.wait		= ep_wait,
-	.arm_accept	= ep_arm_accept,
-	.arm_ctrl	= ep_arm_ctrl,
-	.arm_doorbell	= ep_arm_doorbell,
-	.arm_admin	= ep_arm_admin,
+	.arm		= ep_arm,
 	.cancel		= ep_cancel,
 };

@@ -31,28 +31,6 @@ static const char *dtype_name(uint32_t d)
 	return d < KV_DTYPE__MAX ? names[d] : "?";
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-"usage: kvctl [-a|--admin-socket PATH] [--json] COMMAND [OPTIONS]\n"
-"commands:\n"
-"  status    pool, pages and per-namespace blocks\n"
-"  clients   connected clients and the blocks they hold\n"
-"  prefix    prefix cache per namespace: cached blocks, hits, evictions\n"
-"  prefix --tree [--ns N] [--depth D]\n"
-"            the cached prefix tree of namespace N (default 0), D levels\n"
-"            below the roots (default 3), children counts\n"
-"  tenants   tenants, their clients and pages\n"
-"  quota     pages and quotas (min/max) of tenants and namespaces\n"
-"  reload    re-read kvd.conf: tenants and quotas, clients stay\n"
-"  check     verify every namespace's books (free/held/cached, refs,\n"
-"            LRU, index); exit 1 if any is broken\n"
-"  evict [--ns N]\n"
-"            drop the ref-0 cached blocks of every namespace, or of N\n"
-"The admin socket defaults to $KVD_ADMIN_SOCKET, else /run/kvd/kvd-admin.sock\n"
-"as root and $XDG_RUNTIME_DIR/kvd-admin.sock otherwise.\n");
-}
-
 static int admin_path(const char *opt, char *buf, size_t len)
 {
 	const char *e = getenv("KVD_ADMIN_SOCKET"), *xdg;
@@ -78,6 +56,13 @@ static void printable(char out[KV_MODEL_ID_MAX], const char *in)
 		if (*p < 0x21 || *p > 0x7e)
 			*p = '?';
 }
+
+/* What a command's handler is given: the reply, and where to ask for more. */
+struct kvctl_reply {
+	const char	*path;
+	const struct kv_admin_status *st;
+	const void	*rec;		/* st->nr_records records */
+};
 
 static void emit_pool(struct kv_emit *e, const struct kv_admin_status *st)
 {
@@ -123,9 +108,11 @@ static const struct kv_emit_col ns_cols[] = {
 	{ "clients", "CLIENTS", 7 },
 };
 
-static void emit_status(struct kv_emit *e, const struct kv_admin_status *st,
-			const struct kv_admin_ns *ns)
+static int kvctl_cmd_status(struct kv_emit *e, const struct kvctl_reply *r)
 {
+	const struct kv_admin_status *st = r->st;
+	const struct kv_admin_ns *ns = r->rec;
+
 	emit_pool(e, st);
 	kv_emit_table_begin(e, "namespaces", ns_cols, ARRAY_LEN(ns_cols));
 	for (uint32_t i = 0; i < st->nr_records; i++) {
@@ -162,6 +149,7 @@ static void emit_status(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
+	return 0;
 }
 
 static const struct kv_emit_col prefix_cols[] = {
@@ -172,9 +160,12 @@ static const struct kv_emit_col prefix_cols[] = {
 	{ "evicted_now", "DROPPED", 8 },
 };
 
-static void emit_prefix(struct kv_emit *e, const struct kv_admin_status *st,
-			const struct kv_admin_prefix *p)
+/* kvctl prefix, and evict: the books after the eviction. */
+static int kvctl_cmd_prefix(struct kv_emit *e, const struct kvctl_reply *r)
 {
+	const struct kv_admin_status *st = r->st;
+	const struct kv_admin_prefix *p = r->rec;
+
 	kv_emit_table_begin(e, "namespaces", prefix_cols,
 			    ARRAY_LEN(prefix_cols));
 	for (uint32_t i = 0; i < st->nr_records; i++) {
@@ -195,6 +186,7 @@ static void emit_prefix(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
+	return 0;
 }
 
 static const struct kv_emit_col tree_cols[] = {
@@ -203,9 +195,11 @@ static const struct kv_emit_col tree_cols[] = {
 	{ "subtree", "SUBTREE", 8 }, { "key", "KEY", -16 },
 };
 
-static void emit_tree(struct kv_emit *e, const struct kv_admin_status *st,
-		      const struct kv_admin_tree_node *t)
+static int kvctl_cmd_prefix_tree(struct kv_emit *e,
+				 const struct kvctl_reply *r)
 {
+	const struct kv_admin_status *st = r->st;
+	const struct kv_admin_tree_node *t = r->rec;
 	char indent[48], key[17];
 
 	kv_emit_table_begin(e, "tree", tree_cols, ARRAY_LEN(tree_cols));
@@ -228,16 +222,18 @@ static void emit_tree(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
+	return 0;
 }
 
 static const struct kv_emit_col check_cols[] = {
 	{ "ns", "NS", 3 }, { "ok", "OK", 3 }, { "why", "PROBLEM", -40 },
 };
 
-/* Returns the number of broken namespaces. */
-static int emit_check(struct kv_emit *e, const struct kv_admin_status *st,
-		      const struct kv_admin_check *c)
+/* Exit 1 if a namespace is broken. */
+static int kvctl_cmd_check(struct kv_emit *e, const struct kvctl_reply *r)
 {
+	const struct kv_admin_status *st = r->st;
+	const struct kv_admin_check *c = r->rec;
 	int bad = 0;
 
 	kv_emit_table_begin(e, "namespaces", check_cols, ARRAY_LEN(check_cols));
@@ -254,7 +250,7 @@ static int emit_check(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
-	return bad;
+	return bad ? 1 : 0;
 }
 
 static const struct kv_emit_col tenant_cols[] = {
@@ -263,9 +259,11 @@ static const struct kv_emit_col tenant_cols[] = {
 	{ "pages", "PAGES", 7 }, { "min_pages", "MIN", 7 }, { "max_pages", "MAX", 7 },
 };
 
-static void emit_tenants(struct kv_emit *e, const struct kv_admin_status *st,
-			 const struct kv_admin_tenant *t)
+static int kvctl_cmd_tenants(struct kv_emit *e, const struct kvctl_reply *r)
 {
+	const struct kv_admin_status *st = r->st;
+	const struct kv_admin_tenant *t = r->rec;
+
 	kv_emit_table_begin(e, "tenants", tenant_cols, ARRAY_LEN(tenant_cols));
 	for (uint32_t i = 0; i < st->nr_records; i++) {
 		char name[KV_MODEL_ID_MAX] = "";
@@ -284,6 +282,7 @@ static void emit_tenants(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
+	return 0;
 }
 
 static const struct kv_emit_col quota_cols[] = {
@@ -324,9 +323,11 @@ static const struct kv_emit_col client_cols[] = {
 	{ "refs", "REFS", 8 }, { "sq_entries", "SQ", 5 }, { "ops", "OPS", 10 },
 };
 
-static void emit_clients(struct kv_emit *e, const struct kv_admin_status *st,
-			 const struct kv_admin_client *cl)
+static int kvctl_cmd_clients(struct kv_emit *e, const struct kvctl_reply *r)
 {
+	const struct kv_admin_status *st = r->st;
+	const struct kv_admin_client *cl = r->rec;
+
 	kv_emit_u64(e, "nr_clients", "clients", st->nr_clients);
 	kv_emit_table_begin(e, "clients", client_cols,
 			    ARRAY_LEN(client_cols));
@@ -344,6 +345,7 @@ static void emit_clients(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
+	return 0;
 }
 
 static const char *hint(int err)
@@ -379,17 +381,16 @@ static int reply_check(const struct kv_admin_status *st, ssize_t n,
 }
 
 /* kvctl quota: the tenants' table, then the namespaces' (a second call). */
-static int emit_quota(struct kv_emit *e, const char *path,
-		      const struct kv_admin_status *st,
-		      const struct kv_admin_tenant *t)
+static int kvctl_cmd_quota(struct kv_emit *e, const struct kvctl_reply *r)
 {
+	const char *path = r->path;
 	void *buf = calloc(1, REPLY_MAX);
 	ssize_t n;
 	int ret;
 
 	if (!buf)
 		return 1;
-	emit_tenants(e, st, t);
+	kvctl_cmd_tenants(e, r);
 	n = kv_admin_call(path, KV_ADMIN_STATUS, 0, 0, buf);
 	ret = n < 0 ? (int)n : reply_check(buf, n, sizeof(struct kv_admin_ns));
 	if (!ret)
@@ -416,6 +417,118 @@ static int parse_u32(const char *opt, const char *s, uint32_t *out)
 	return 0;
 }
 
+static int kvctl_cmd_reload(struct kv_emit *e, const struct kvctl_reply *r)
+{
+	const struct kv_admin_msg *m = r->rec;
+
+	kv_emit_str(e, "reloaded", "reloaded", m->text);
+	return 0;
+}
+
+/* The options a command takes (struct kvctl_cmd.opts) */
+#define OPT_TREE	1U	/* --tree: it is this row's, and needed */
+#define OPT_NS		2U
+#define OPT_DEPTH	4U
+
+struct kvctl_cmd {
+	const char	*name;
+	const char	*args;		/* its options, for the usage */
+	unsigned	opts;		/* OPT_*: the options it takes */
+	uint32_t	code;		/* KV_ADMIN_* */
+	size_t		rec;		/* bytes of one reply record */
+	int		(*run)(struct kv_emit *e, const struct kvctl_reply *r);
+	const char	*help;		/* lines of the usage */
+};
+
+#define CMD(n, a, o, c, r, h)	{ .name = #n, .args = a, .opts = o, .code = c, \
+				  .rec = sizeof(r), .run = kvctl_cmd_##n, .help = h }
+
+static const struct kvctl_cmd cmds[] = {
+	CMD(status, NULL, 0, KV_ADMIN_STATUS, struct kv_admin_ns,
+	    "pool, pages and per-namespace blocks"),
+	CMD(clients, NULL, 0, KV_ADMIN_CLIENTS, struct kv_admin_client,
+	    "connected clients and the blocks they hold"),
+	CMD(prefix, NULL, 0, KV_ADMIN_PREFIX, struct kv_admin_prefix,
+	    "prefix cache per namespace: cached blocks, hits, evictions"),
+	{ .name = "prefix", .args = "--tree [--ns N] [--depth D]",
+	  .opts = OPT_TREE | OPT_NS | OPT_DEPTH, .code = KV_ADMIN_TREE,
+	  .rec = sizeof(struct kv_admin_tree_node), .run = kvctl_cmd_prefix_tree,
+	  .help = "the cached prefix tree of namespace N (default 0), D levels\n"
+		  "below the roots (default 3), children counts" },
+	CMD(tenants, NULL, 0, KV_ADMIN_TENANTS, struct kv_admin_tenant,
+	    "tenants, their clients and pages"),
+	CMD(quota, NULL, 0, KV_ADMIN_TENANTS, struct kv_admin_tenant,
+	    "pages and quotas (min/max) of tenants and namespaces"),
+	CMD(reload, NULL, 0, KV_ADMIN_RELOAD, struct kv_admin_msg,
+	    "re-read kvd.conf: tenants and quotas, clients stay"),
+	CMD(check, NULL, 0, KV_ADMIN_CHECK, struct kv_admin_check,
+	    "verify every namespace's books (free/held/cached, refs,\n"
+	    "LRU, index); exit 1 if any is broken"),
+	{ .name = "evict", .args = "[--ns N]", .opts = OPT_NS,
+	  .code = KV_ADMIN_EVICT, .rec = sizeof(struct kv_admin_prefix),
+	  .run = kvctl_cmd_prefix,
+	  .help = "drop the ref-0 cached blocks of every namespace, or of N" },
+};
+
+#define HELP_COL	12	/* where the help lines start */
+
+/* One command's lines: name and options, then its help from HELP_COL. */
+static void usage_cmd(FILE *f, const struct kvctl_cmd *c)
+{
+	const char *h = c->help, *nl;
+	int n;
+
+	n = fprintf(f, "  %s%s%s", c->name, c->args ? " " : "",
+		    c->args ? c->args : "");
+	if (n < HELP_COL)
+		fprintf(f, "%*s", HELP_COL - n, "");
+	else
+		fprintf(f, "\n%*s", HELP_COL, "");
+	while ((nl = strchr(h, '\n'))) {
+		fprintf(f, "%.*s\n%*s", (int)(nl - h), h, HELP_COL, "");
+		h = nl + 1;
+	}
+	fprintf(f, "%s\n", h);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvctl [-a|--admin-socket PATH] [--json] COMMAND [OPTIONS]\n"
+		   "commands:\n");
+	for (int i = 0; i < ARRAY_LEN(cmds); i++)
+		usage_cmd(f, &cmds[i]);
+	fprintf(f,
+"The admin socket defaults to $KVD_ADMIN_SOCKET, else /run/kvd/kvd-admin.sock\n"
+"as root and $XDG_RUNTIME_DIR/kvd-admin.sock otherwise.\n");
+}
+
+/*
+ * The row of command @name (with --tree if @opts has OPT_TREE); NULL
+ * with a message when there is none or it does not take @opts.
+ */
+static const struct kvctl_cmd *find_cmd(const char *name, unsigned opts)
+{
+	bool known = false;
+
+	for (int i = 0; i < ARRAY_LEN(cmds); i++) {
+		const struct kvctl_cmd *c = &cmds[i];
+
+		if (strcmp(c->name, name))
+			continue;
+		known = true;
+		if ((c->opts & OPT_TREE) == (opts & OPT_TREE) &&
+		    !(opts & ~c->opts))
+			return c;
+	}
+	if (!known) {
+		fprintf(stderr, "kvctl: unknown command '%s'\n", name);
+		usage(stderr);
+	} else {
+		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict\n");
+	}
+	return NULL;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -427,13 +540,14 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	const char *opt_path = NULL, *cmd;
-	uint32_t code, ns = UINT32_MAX, depth = 3;
+	const char *opt_path = NULL;
+	uint32_t ns = UINT32_MAX, depth = 3;
+	const struct kvctl_cmd *cmd;
 	struct kv_admin_status *st;
-	bool json = false, tree = false, depth_set = false;
+	unsigned given = 0;
+	bool json = false;
 	struct kv_emit e;
 	char path[108];
-	size_t rec;
 	ssize_t n;
 	void *buf;
 	int o, ret;
@@ -447,16 +561,17 @@ int main(int argc, char **argv)
 			json = true;
 			break;
 		case 't':
-			tree = true;
+			given |= OPT_TREE;
 			break;
 		case 'n':
 			if (parse_u32("--ns", optarg, &ns))
 				return 2;
+			given |= OPT_NS;
 			break;
 		case 'd':
 			if (parse_u32("--depth", optarg, &depth))
 				return 2;
-			depth_set = true;
+			given |= OPT_DEPTH;
 			break;
 		case 'h':
 			usage(stdout);
@@ -472,44 +587,11 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	cmd = argv[optind];
-	if (!strcmp(cmd, "status")) {
-		code = KV_ADMIN_STATUS;
-		rec = sizeof(struct kv_admin_ns);
-	} else if (!strcmp(cmd, "clients")) {
-		code = KV_ADMIN_CLIENTS;
-		rec = sizeof(struct kv_admin_client);
-	} else if (!strcmp(cmd, "prefix") && tree) {
-		code = KV_ADMIN_TREE;
-		rec = sizeof(struct kv_admin_tree_node);
-		if (ns == UINT32_MAX)
-			ns = 0;
-	} else if (!strcmp(cmd, "prefix")) {
-		code = KV_ADMIN_PREFIX;
-		rec = sizeof(struct kv_admin_prefix);
-	} else if (!strcmp(cmd, "tenants") || !strcmp(cmd, "quota")) {
-		code = KV_ADMIN_TENANTS;
-		rec = sizeof(struct kv_admin_tenant);
-	} else if (!strcmp(cmd, "reload")) {
-		code = KV_ADMIN_RELOAD;
-		rec = sizeof(struct kv_admin_msg);
-	} else if (!strcmp(cmd, "check")) {
-		code = KV_ADMIN_CHECK;
-		rec = sizeof(struct kv_admin_check);
-	} else if (!strcmp(cmd, "evict")) {
-		code = KV_ADMIN_EVICT;
-		rec = sizeof(struct kv_admin_prefix);
-	} else {
-		fprintf(stderr, "kvctl: unknown command '%s'\n", cmd);
-		usage(stderr);
+	cmd = find_cmd(argv[optind], given);
+	if (!cmd)
 		return 2;
-	}
-	if ((tree && code != KV_ADMIN_TREE) ||
-	    (depth_set && code != KV_ADMIN_TREE) ||
-	    (ns != UINT32_MAX && code != KV_ADMIN_TREE && code != KV_ADMIN_EVICT)) {
-		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict\n");
-		return 2;
-	}
+	if (cmd->code == KV_ADMIN_TREE && ns == UINT32_MAX)
+		ns = 0;
 	if (admin_path(opt_path, path, sizeof(path))) {
 		fprintf(stderr, "kvctl: admin socket path too long\n");
 		return 2;
@@ -517,11 +599,11 @@ int main(int argc, char **argv)
 	buf = calloc(1, REPLY_MAX);
 	if (!buf)
 		return 1;
-	n = kv_admin_call(path, code, ns, depth, buf);
+	n = kv_admin_call(path, cmd->code, ns, depth, buf);
 	st = buf;
-	ret = n < 0 ? (int)n : reply_check(st, n, rec);
-	if (ret && code == KV_ADMIN_RELOAD && n >= (ssize_t)(sizeof(*st) +
-							    sizeof(struct kv_admin_msg))) {
+	ret = n < 0 ? (int)n : reply_check(st, n, cmd->rec);
+	if (ret && cmd->code == KV_ADMIN_RELOAD &&
+	    n >= (ssize_t)(sizeof(*st) + sizeof(struct kv_admin_msg))) {
 		struct kv_admin_msg *m = (void *)(st + 1);
 
 		m->text[sizeof(m->text) - 1] = 0;
@@ -530,7 +612,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (ret) {
-		if (ret == -ENOENT && code == KV_ADMIN_TREE && n > 0)
+		if (ret == -ENOENT && cmd->code == KV_ADMIN_TREE && n > 0)
 			fprintf(stderr, "kvctl: no namespace %u (see kvctl prefix)\n",
 				ns);
 		else
@@ -540,23 +622,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	kv_emit_begin(&e, stdout, json);
-	if (code == KV_ADMIN_STATUS)
-		emit_status(&e, st, (void *)(st + 1));
-	else if (code == KV_ADMIN_CLIENTS)
-		emit_clients(&e, st, (void *)(st + 1));
-	else if (code == KV_ADMIN_TREE)
-		emit_tree(&e, st, (void *)(st + 1));
-	else if (code == KV_ADMIN_CHECK)
-		ret = emit_check(&e, st, (void *)(st + 1)) ? 1 : 0;
-	else if (code == KV_ADMIN_TENANTS && !strcmp(cmd, "quota"))
-		ret = emit_quota(&e, path, st, (void *)(st + 1));
-	else if (code == KV_ADMIN_TENANTS)
-		emit_tenants(&e, st, (void *)(st + 1));
-	else if (code == KV_ADMIN_RELOAD)
-		kv_emit_str(&e, "reloaded", "reloaded",
-			    ((struct kv_admin_msg *)(st + 1))->text);
-	else
-		emit_prefix(&e, st, (void *)(st + 1));
+	ret = cmd->run(&e, &(struct kvctl_reply){ path, st, st + 1 });
 	kv_emit_end(&e);
 	free(buf);
 	return ret;
