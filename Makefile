@@ -242,7 +242,7 @@ $(FUZZ_O)/fuzz_ctrl $(FUZZ_O)/fuzz_sqe: $(FUZZ_O)/fuzz_%: $(FUZZ_O)/obj/tests/fu
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_KVD_LD)
 
-$(FUZZ_O)/fuzz_conf: $(FUZZ_O)/obj/tests/fuzz/fuzz_conf.o $(FUZZ_UTIL) $(FUZZ_O)/obj/kvd/config.o
+$(FUZZ_O)/fuzz_conf: $(FUZZ_O)/obj/tests/fuzz/fuzz_conf.o $(FUZZ_UTIL) $(FUZZ_O)/obj/kvd/config.o $(FUZZ_O)/obj/kvd/conf_parse.o
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
 

@@ -1,161 +1,77 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvd.conf parser (format and every key: man/man5/kvd.conf.5).
+ * The configuration's one key table and its setters: every key of kvd,
+ * whether kvd.conf sets it, the command line, or both, with its long and
+ * short option, its grammar (size with units, number in a range, enum,
+ * boolean, path, mode, user[:group], group), its range, its default and
+ * its --help text. A new key is one entry here (and a field in struct
+ * kvd_config, and struct kvd_conf when the file sets it), like Redis's
+ * config table, whose command-line options go through the same setters
+ * as its file: `--pool-size 8G` is `pool_size = 8G`.
  *
- * The file is read one line at a time into a buffer on the stack; each
- * line is a comment, a blank, a [section] header or "key = value". The
- * keys of each section are a table (name, setter, offset, range), like
- * Redis's config table, so a new key is one line here and one entry in
- * kvd.conf(5). Checks that need a whole section (a tenant's secret, min
- * <= max) run when the next section starts or the file ends; checks that
- * need the whole file (a namespace's tenant exists) run at the end.
- *
- * The first error stops the parse: one "PATH:LINE: why" in the caller's
- * buffer, everything allocated so far freed. Secrets never appear in a
- * message.
+ * Setters write to the destination their front-end gives (conf_parse.c:
+ * struct kvd_conf; options.c: struct kvd_config) and report "NAME: why"
+ * under the name the user wrote (a key, an --option, a variable).
  */
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/un.h>
 
-#include "config.h"
-#include "kvd.h"
+#include "conf_key.h"
+#include "loop.h"
 
 _Static_assert(KVD_CONF_MODEL_MAX == KV_MODEL_ID_MAX,
 	       "a namespace's model id is the wire's");
 _Static_assert(KVD_CONF_PATH_MAX == sizeof(((struct sockaddr_un *)0)->sun_path),
 	       "a socket path fits sun_path");
+_Static_assert(KVD_NR_KEYS <= 64, "cfg->set is a u64");
 
 #define MAX_LIMIT	KV_ADMIN_MAX_RECORDS	/* max_clients, max_namespaces */
 #define LOOKUP_BUF_MAX	(1U << 20)	/* getpwnam_r buffer, at most */
+#define SIZE_MAX_BYTES	((uint64_t)UINT32_MAX * KV_PAGE_BYTES)
 
-enum conf_section { SECT_GLOBAL, SECT_TENANT, SECT_NAMESPACE };
-
-struct parser;
-
-/*
- * One key of a section: @set parses @val into the section's struct at
- * @off (struct kvd_conf, kvd_tenant_conf or kvd_quota_conf), within
- * [@min, @max] where that means something. @has is the offset of the
- * key's has_ flag in struct kvd_conf, 0 for keys without one (offset 0
- * is pool_bytes, never a flag).
- */
-struct conf_key {
-	const char	*name;
-	int		(*set)(struct parser *p, const struct conf_key *k,
-			       const char *val);
-	size_t		off;
-	size_t		has;
-	uint32_t	min, max;
-};
-
-#define NR_KEYS_MAX	16
-
-struct parser {
-	const char		*path;
-	char			*err;
-	size_t			errlen;
-	struct kvd_conf		*conf;
-	unsigned		line;		/* of the line being parsed */
-	enum conf_section	sect;
-	unsigned		sect_line;	/* of its header; 0: global */
-	char			where[128];	/* "global section", "[tenant a]" */
-	const struct conf_key	*keys;		/* of this section */
-	size_t			nr_keys;
-	unsigned		set_on[NR_KEYS_MAX];	/* line of each key, 0: unset */
-	uint32_t		cap_tenants;
-	uint32_t		cap_quotas;
-};
-
-static __printf(3, 4) int perr_at(struct parser *p, unsigned line,
-				  const char *fmt, ...)
+int conf_err(struct conf_ctx *c, const char *fmt, ...)
 {
 	va_list ap;
-	int n;
+	int n = 0;
 
-	if (!p->errlen)
+	if (!c->errlen)
 		return -EINVAL;
-	n = snprintf(p->err, p->errlen, "%s:%u: ", p->path, line);
-	if (n >= 0 && (size_t)n < p->errlen) {
+	if (c->path)
+		n = snprintf(c->err, c->errlen, "%s:%u: ", c->path, c->line);
+	if (n >= 0 && (size_t)n < c->errlen) {
 		va_start(ap, fmt);
-		vsnprintf(p->err + n, p->errlen - (size_t)n, fmt, ap);
+		vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
 		va_end(ap);
 	}
 	return -EINVAL;
 }
 
-#define perr(p, ...)	perr_at(p, (p)->line, __VA_ARGS__)
-
-static int perr_nomem(struct parser *p)
+int conf_err_nomem(struct conf_ctx *c)
 {
-	perr(p, "out of memory");
+	conf_err(c, "out of memory");
 	return -ENOMEM;
 }
 
-static bool is_blank(char c)
-{
-	return c == ' ' || c == '\t';
-}
-
-static char *skip_blanks(char *s)
-{
-	while (is_blank(*s))
-		s++;
-	return s;
-}
-
-static bool is_digit(char c)
+bool conf_is_digit(char c)
 {
 	return c >= '0' && c <= '9';
 }
 
-static int hex_val(char c)
-{
-	if (is_digit(c))
-		return c - '0';
-	if (c >= 'a' && c <= 'f')
-		return c - 'a' + 10;
-	if (c >= 'A' && c <= 'F')
-		return c - 'A' + 10;
-	return -1;
-}
-
-static void *sect_base(struct parser *p)
-{
-	struct kvd_conf *conf = p->conf;
-
-	switch (p->sect) {
-	case SECT_TENANT:
-		return &conf->tenants[conf->nr_tenants - 1];
-	case SECT_NAMESPACE:
-		return &conf->quotas[conf->nr_quotas - 1];
-	default:
-		return conf;
-	}
-}
-
-/* Line the key @name was set on in this section, 0 if it was not. */
-static unsigned key_line(const struct parser *p, const char *name)
-{
-	for (size_t i = 0; i < p->nr_keys; i++)
-		if (!strcmp(p->keys[i].name, name))
-			return p->set_on[i];
-	return 0;
-}
-
 /* Decimal, no sign, no suffix; -1 if not that or above @max. */
-static int parse_dec(const char *s, uint64_t max, uint64_t *out)
+int conf_parse_dec(const char *s, uint64_t max, uint64_t *out)
 {
 	uint64_t v = 0;
 
 	if (!*s)
 		return -1;
 	for (; *s; s++) {
-		if (!is_digit(*s))
+		if (!conf_is_digit(*s))
 			return -1;
 		if (v > (max - (uint64_t)(*s - '0')) / 10)
 			return -1;
@@ -166,37 +82,35 @@ static int parse_dec(const char *s, uint64_t max, uint64_t *out)
 }
 
 /* A numeric uid or gid: -1 is the kernel's "no id", never a real one. */
-static int parse_id(const char *s, uint32_t *id)
+int conf_parse_id(const char *s, uint32_t *id)
 {
 	uint64_t v;
 
-	if (parse_dec(s, UINT32_MAX - 1, &v))
+	if (conf_parse_dec(s, UINT32_MAX - 1, &v))
 		return -1;
 	*id = (uint32_t)v;
 	return 0;
 }
 
-static bool all_digits(const char *s)
+bool conf_all_digits(const char *s)
 {
 	if (!*s)
 		return false;
 	for (; *s; s++)
-		if (!is_digit(*s))
+		if (!conf_is_digit(*s))
 			return false;
 	return true;
 }
-
-enum lookup { BY_USER_NAME, BY_UID, BY_GROUP_NAME };
 
 /*
  * The user database, without global state: getpwnam_r, getpwuid_r or
  * getgrnam_r with a buffer on the stack, grown on the heap for huge
  * group entries and freed before return. Returns 0 with *id (and, for a
- * user, *gid: the primary group) set, 1 when there is no such entry, or
- * -errno when the database cannot answer.
+ * user, *gid: the primary group, and @pw_name when not NULL) set, 1 when
+ * there is no such entry, or -errno when the database cannot answer.
  */
-static int lookup(enum lookup how, const char *name, uint32_t uid,
-		  uint32_t *id, uint32_t *gid)
+int conf_lookup(enum conf_lookup how, const char *name, uint32_t uid,
+		uint32_t *id, uint32_t *gid, char *pw_name, size_t namelen)
 {
 	char stack[4096], *buf = stack, *big = NULL;
 	size_t len = sizeof(stack);
@@ -225,6 +139,10 @@ static int lookup(enum lookup how, const char *name, uint32_t uid,
 	} else if (!e && pwp) {
 		*id = (uint32_t)pwp->pw_uid;
 		*gid = (uint32_t)pwp->pw_gid;
+		if (pw_name && strlen(pwp->pw_name) >= namelen)
+			e = ENAMETOOLONG;
+		else if (pw_name)
+			strcpy(pw_name, pwp->pw_name);
 	}
 	free(big);
 	if (!e)
@@ -235,32 +153,34 @@ static int lookup(enum lookup how, const char *name, uint32_t uid,
 	return -e;
 }
 
-/* Reports a failed look-up of @name for key @key. */
-static int perr_lookup(struct parser *p, const char *key, const char *what,
-		       const char *name, int ret)
+/* Reports a failed look-up of @name. */
+int conf_err_lookup(struct conf_ctx *c, const char *what, const char *name,
+		    int ret)
 {
 	char eb[64];
 
 	if (ret == -ENOMEM)
-		return perr_nomem(p);
+		return conf_err_nomem(c);
 	if (ret > 0)
-		return perr(p, "%s: unknown %s '%s'", key, what, name);
-	return perr(p, "%s: cannot look up %s '%s': %s", key, what, name,
-		    strerror_r(-ret, eb, sizeof(eb)));
+		return conf_err(c, "%s: unknown %s '%s'", c->name, what, name);
+	return conf_err(c, "%s: cannot look up %s '%s': %s", c->name, what,
+			name, strerror_r(-ret, eb, sizeof(eb)));
 }
 
 /* ---- setters: one per kind of value ---------------------------------- */
 
-/* "64M" -> bytes: digits, then K, M, G or T (optionally with i and B). */
-static int set_size(struct parser *p, const struct conf_key *k,
-		    const char *val)
+/*
+ * "64M" -> bytes: digits, then K, M, G or T (optionally with i and B),
+ * from @k->min to @k->max; a multiple of 2 MiB when @k->what says so.
+ */
+static int set_size(struct conf_ctx *c, const struct conf_key *k,
+		    const char *val, void *dst)
 {
-	uint64_t *out = (uint64_t *)((char *)sect_base(p) + k->off);
-	uint64_t v = 0, max = (uint64_t)UINT32_MAX * KV_PAGE_BYTES;
+	uint64_t v = 0;
 	const char *s = val;
 	unsigned shift = 0;
 
-	while (is_digit(*s)) {
+	while (conf_is_digit(*s)) {
 		if (v > (UINT64_MAX - 9) / 10)
 			goto bad;
 		v = v * 10 + (uint64_t)(*s++ - '0');
@@ -280,147 +200,185 @@ static int set_size(struct parser *p, const struct conf_key *k,
 	if (*s || v > (UINT64_MAX >> shift))
 		goto bad;
 	v <<= shift;
-	if (v < KV_PAGE_BYTES)
-		return perr(p, "%s: '%s' is less than one 2 MiB page",
-			    k->name, val);
-	if (v > max)
-		return perr(p, "%s: '%s' is more than %u pages of 2 MiB",
-			    k->name, val, UINT32_MAX);
-	*out = v;
+	if (v < k->min)
+		return conf_err(c, "%s: '%s' is less than one 2 MiB page (at least 2M)",
+				c->name, val);
+	if (v > k->max)
+		return conf_err(c, "%s: '%s' is more than %u pages of 2 MiB",
+				c->name, val, UINT32_MAX);
+	if (k->what && v % KV_PAGE_BYTES)
+		return conf_err(c, "%s: '%s' is not a multiple of 2M", c->name,
+				val);
+	*(uint64_t *)dst = v;
 	return 0;
 bad:
-	return perr(p, "%s: '%s' is not a size (digits with K, M, G or T, e.g. 64G)",
-		    k->name, val);
+	return conf_err(c, "%s: '%s' is not a size (digits with K, M, G or T, e.g. 64G)",
+			c->name, val);
 }
 
-static int set_u32(struct parser *p, const struct conf_key *k,
-		   const char *val)
+int conf_set_u32(struct conf_ctx *c, const struct conf_key *k,
+		 const char *val, void *dst)
 {
-	uint32_t *out = (uint32_t *)((char *)sect_base(p) + k->off);
 	uint64_t v;
 
-	if (parse_dec(val, k->max, &v) || v < k->min)
-		return perr(p, "%s: '%s' is not a number from %u to %u",
-			    k->name, val, k->min, k->max);
-	*out = (uint32_t)v;
+	if (conf_parse_dec(val, k->max, &v) || v < k->min) {
+		if (k->what)
+			return conf_err(c, "%s: '%s' is not a %s (a number from %llu to %llu)",
+					c->name, val, k->what,
+					(unsigned long long)k->min,
+					(unsigned long long)k->max);
+		return conf_err(c, "%s: '%s' is not a number from %llu to %llu",
+				c->name, val, (unsigned long long)k->min,
+				(unsigned long long)k->max);
+	}
+	*(uint32_t *)dst = (uint32_t)v;
 	return 0;
 }
 
-static int set_bool(struct parser *p, const struct conf_key *k,
-		    const char *val)
+static int set_bool(struct conf_ctx *c, const struct conf_key *k,
+		    const char *val, void *dst)
 {
 	static const char *const yes[] = { "yes", "true", "on", "1" };
 	static const char *const no[] = { "no", "false", "off", "0" };
-	bool *out = (bool *)((char *)sect_base(p) + k->off);
 
 	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
 		if (!strcasecmp(val, yes[i])) {
-			*out = true;
+			*(bool *)dst = true;
 			return 0;
 		}
 		if (!strcasecmp(val, no[i])) {
-			*out = false;
+			*(bool *)dst = false;
 			return 0;
 		}
 	}
-	return perr(p, "%s: '%s' is not yes, no, true, false, on, off, 1 or 0",
-		    k->name, val);
+	return conf_err(c, "%s: '%s' is not yes, no, true, false, on, off, 1 or 0",
+			c->name, val);
 }
 
-static int set_backend(struct parser *p, const struct conf_key *k,
-		       const char *val)
+/* One of @k->values: "unknown backend 'gpu' (host, cuda or auto)". */
+static int set_enum(struct conf_ctx *c, const struct conf_key *k,
+		    const char *val, void *dst)
 {
-	int *out = (int *)((char *)sect_base(p) + k->off);
+	char list[128] = "";
+	size_t n = 0, i;
 
-	if (!strcmp(val, "host"))
-		*out = KV_BACKEND_HOST;
-	else if (!strcmp(val, "cuda"))
-		*out = KV_BACKEND_CUDA;
-	else if (!strcmp(val, "auto"))
-		*out = 0;
-	else
-		return perr(p, "%s: unknown backend '%s' (host, cuda or auto)",
-			    k->name, val);
-	return 0;
+	for (i = 0; k->values[i].name; i++) {
+		if (!strcmp(val, k->values[i].name)) {
+			*(int *)dst = k->values[i].val;
+			return 0;
+		}
+	}
+	for (size_t j = 0; j < i; j++)
+		n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s",
+				      !j ? "" : j + 1 < i ? ", " : " or ",
+				      k->values[j].name);
+	return conf_err(c, "%s: unknown %s '%s' (%s)", c->name, k->what, val,
+			list);
 }
 
-static int set_export(struct parser *p, const struct conf_key *k,
-		      const char *val)
+/*
+ * A socket path: absolute in kvd.conf (relative to what?), as given on
+ * the command line (to the working directory); shorter than sun_path.
+ */
+static int set_path(struct conf_ctx *c, const struct conf_key *k,
+		    const char *val, void *dst)
 {
-	int *out = (int *)((char *)sect_base(p) + k->off);
-
-	if (!strcmp(val, "vmm"))
-		*out = KV_EXPORT_VMM;
-	else if (!strcmp(val, "legacy"))
-		*out = KV_EXPORT_LEGACY;
-	else
-		return perr(p, "%s: unknown export '%s' (vmm or legacy)",
-			    k->name, val);
-	return 0;
-}
-
-static int set_path(struct parser *p, const struct conf_key *k,
-		    const char *val)
-{
-	char *out = (char *)sect_base(p) + k->off;
 	size_t len = strlen(val);
 
-	if (val[0] != '/')
-		return perr(p, "%s: '%s' is not an absolute path", k->name, val);
+	if (c->path && val[0] != '/')
+		return conf_err(c, "%s: '%s' is not an absolute path", c->name,
+				val);
+	if (!len)
+		return conf_err(c, "%s: empty path", c->name);
 	if (len >= KVD_CONF_PATH_MAX)
-		return perr(p, "%s: path too long (%zu bytes, at most %d)",
-			    k->name, len, KVD_CONF_PATH_MAX - 1);
-	memcpy(out, val, len + 1);
+		return conf_err(c, "%s: path too long (%zu bytes, at most %d)",
+				c->name, len, KVD_CONF_PATH_MAX - 1);
+	memcpy(dst, val, len + 1);
+	return 0;
+}
+
+/* A string kept as given (argv outlives the daemon's use of it). */
+static int set_string(struct conf_ctx *c, const struct conf_key *k,
+		      const char *val, void *dst)
+{
+	*(const char **)dst = val;
 	return 0;
 }
 
 /* Octal permission bits, at most 0777; @k->min: bits that must be clear. */
-static int set_mode(struct parser *p, const struct conf_key *k,
-		    const char *val)
+static int set_mode(struct conf_ctx *c, const struct conf_key *k,
+		    const char *val, void *dst)
 {
-	unsigned *out = (unsigned *)((char *)sect_base(p) + k->off);
 	unsigned v = 0;
 	const char *s;
 
 	for (s = val; *s >= '0' && *s <= '7' && s - val < 4; s++)
 		v = v * 8 + (unsigned)(*s - '0');
 	if (s == val || *s || v > 0777)
-		return perr(p, "%s: '%s' is not an octal mode from 0 to 0777 (e.g. 0660)",
-			    k->name, val);
+		return conf_err(c, "%s: '%s' is not an octal mode from 0 to 0777 (e.g. 0660)",
+				c->name, val);
 	if (v & k->min)
-		return perr(p, "%s: %04o lets other users in (mode & 0007 must be 0; give access by group instead)",
-			    k->name, v);
-	*out = v;
+		return conf_err(c, "%s: %04o lets other users in (mode & 0007 must be 0; give access by group instead)",
+				c->name, v);
+	*(unsigned *)dst = v;
 	return 0;
 }
 
-static int set_group(struct parser *p, const struct conf_key *k,
-		     const char *val)
+/* A group name or gid into *(uint32_t *)@dst. */
+static int parse_group(struct conf_ctx *c, const char *val, uint32_t *gid)
 {
-	uint32_t *out = (uint32_t *)((char *)sect_base(p) + k->off);
 	int ret;
 
-	if (all_digits(val)) {
-		if (parse_id(val, out))
-			return perr(p, "%s: '%s' is not a valid gid", k->name,
-				    val);
+	if (conf_all_digits(val)) {
+		if (conf_parse_id(val, gid))
+			return conf_err(c, "%s: '%s' is not a valid gid",
+					c->name, val);
 		return 0;
 	}
-	ret = lookup(BY_GROUP_NAME, val, 0, out, NULL);
-	return ret ? perr_lookup(p, k->name, "group", val, ret) : 0;
+	ret = conf_lookup(BY_GROUP_NAME, val, 0, gid, NULL, NULL, 0);
+	return ret ? conf_err_lookup(c, "group", val, ret) : 0;
+}
+
+static int set_group(struct conf_ctx *c, const struct conf_key *k,
+		     const char *val, void *dst)
+{
+	return parse_group(c, val, dst);
+}
+
+/* USER: a name, or a uid (which needs an entry unless GROUP is given). */
+static int parse_user(struct conf_ctx *c, const char *user, bool group,
+		      struct kvd_user *u)
+{
+	int ret;
+
+	if (!conf_all_digits(user)) {
+		ret = conf_lookup(BY_USER_NAME, user, 0, &u->uid, &u->gid,
+				  u->name, sizeof(u->name));
+		return ret ? conf_err_lookup(c, "user", user, ret) : 0;
+	}
+	if (conf_parse_id(user, &u->uid))
+		return conf_err(c, "%s: '%s' is not a valid uid", c->name, user);
+	if (group)
+		return 0;
+	ret = conf_lookup(BY_UID, NULL, u->uid, &u->uid, &u->gid, u->name,
+			  sizeof(u->name));
+	if (ret > 0)
+		return conf_err(c, "%s: uid %u has no entry in the user database, so its group is unknown (write %u:GID)",
+				c->name, u->uid, u->uid);
+	return ret ? conf_err_lookup(c, "uid", user, ret) : 0;
 }
 
 /*
- * user = NAME | UID | NAME:GROUP | UID:GID: the uid, and the group the
- * user database gives as primary unless one is named after ':'.
+ * USER | UID | USER:GROUP | UID:GID: the uid, and the group the user
+ * database gives as primary unless one is named after ':'. Resolved now,
+ * so that a bad name stops kvd before it creates anything.
  */
-static int set_user(struct parser *p, const struct conf_key *k,
-		    const char *val)
+static int set_user(struct conf_ctx *c, const struct conf_key *k,
+		    const char *val, void *dst)
 {
-	struct kvd_conf *conf = p->conf;
+	struct kvd_user u = { 0 };
 	char user[KVD_CONF_LINE_MAX + 1];
 	const char *colon = strchr(val, ':'), *group = NULL;
-	uint32_t uid, gid = 0;
 	size_t len = strlen(val);
 	int ret;
 
@@ -428,702 +386,153 @@ static int set_user(struct parser *p, const struct conf_key *k,
 		len = (size_t)(colon - val);
 		group = colon + 1;
 	}
+	if (!len || (group && !*group) || len >= sizeof(user))
+		return conf_err(c, "%s: '%s' is not USER or USER:GROUP",
+				c->name, val);
 	memcpy(user, val, len);
 	user[len] = 0;
-	if (!len || (group && !*group))
-		return perr(p, "%s: '%s' is not USER or USER:GROUP", k->name,
-			    val);
-	if (all_digits(user)) {
-		if (parse_id(user, &uid))
-			return perr(p, "%s: '%s' is not a valid uid", k->name,
-				    user);
-		ret = group ? 0 : lookup(BY_UID, NULL, uid, &uid, &gid);
-		if (ret > 0)
-			return perr(p, "%s: uid %u has no entry in the user database, so its group is unknown (write %u:GID)",
-				    k->name, uid, uid);
-		if (ret)
-			return perr_lookup(p, k->name, "uid", user, ret);
-	} else {
-		ret = lookup(BY_USER_NAME, user, 0, &uid, &gid);
-		if (ret)
-			return perr_lookup(p, k->name, "user", user, ret);
-	}
-	if (group) {
-		if (all_digits(group)) {
-			if (parse_id(group, &gid))
-				return perr(p, "%s: '%s' is not a valid gid",
-					    k->name, group);
-		} else {
-			ret = lookup(BY_GROUP_NAME, group, 0, &gid, NULL);
-			if (ret)
-				return perr_lookup(p, k->name, "group", group,
-						   ret);
-		}
-	}
-	conf->user_uid = uid;
-	conf->user_gid = gid;
-	return 0;
-}
-
-/* Tokens of an id list: runs of anything but blanks and commas. */
-static const char *next_token(const char *s, size_t *len)
-{
-	while (is_blank(*s) || *s == ',')
-		s++;
-	*len = strcspn(s, " \t,");
-	return *len ? s : NULL;
-}
-
-/* The tenant other than @self that lists @id as a uid (or gid), if any. */
-static const struct kvd_tenant_conf *id_owner(const struct kvd_conf *conf,
-					      const struct kvd_tenant_conf *self,
-					      uint32_t id, bool group)
-{
-	for (uint32_t i = 0; i < conf->nr_tenants; i++) {
-		const struct kvd_tenant_conf *t = &conf->tenants[i];
-		const uint32_t *ids = group ? t->gids : t->uids;
-		uint32_t nr = group ? t->nr_gids : t->nr_uids;
-
-		if (t == self)
-			continue;
-		for (uint32_t j = 0; j < nr; j++)
-			if (ids[j] == id)
-				return t;
-	}
-	return NULL;
-}
-
-/* uids = / gids = : names or numbers, each in one tenant only. */
-static int set_ids(struct parser *p, const struct conf_key *k,
-		   const char *val)
-{
-	struct kvd_tenant_conf *t = sect_base(p);
-	const struct kvd_tenant_conf *other;
-	bool group = !strcmp(k->name, "gids");
-	const char *what = group ? "gid" : "uid", *s;
-	char tok[KVD_CONF_LINE_MAX + 1], named[KVD_CONF_LINE_MAX + 4];
-	uint32_t *ids, nr = 0, n = 0, unused;
-	size_t len;
-	int ret;
-
-	for (s = next_token(val, &len); s; s = next_token(s + len, &len))
-		nr++;
-	if (!nr)
-		return perr(p, "%s: empty list (names or numeric %ss, separated by commas or spaces)",
-			    k->name, what);
-	ids = calloc(nr, sizeof(*ids));
-	if (!ids)
-		return perr_nomem(p);
-	for (s = next_token(val, &len); s; s = next_token(s + len, &len)) {
-		memcpy(tok, s, len);
-		tok[len] = 0;
-		if (all_digits(tok)) {
-			if (parse_id(tok, &ids[n])) {
-				ret = perr(p, "%s: '%s' is not a valid %s",
-					   k->name, tok, what);
-				goto out_free;
-			}
-		} else {
-			ret = lookup(group ? BY_GROUP_NAME : BY_USER_NAME, tok,
-				     0, &ids[n], &unused);
-			if (ret) {
-				ret = perr_lookup(p, k->name,
-						  group ? "group" : "user",
-						  tok, ret);
-				goto out_free;
-			}
-		}
-		/* "uid 0 (root)" for a name, "uid 0" for a number */
-		named[0] = 0;
-		if (!all_digits(tok))
-			snprintf(named, sizeof(named), " (%s)", tok);
-		for (uint32_t i = 0; i < n; i++) {
-			if (ids[i] == ids[n]) {
-				ret = perr(p, "%s: %s %u%s is listed twice",
-					   k->name, what, ids[n], named);
-				goto out_free;
-			}
-		}
-		other = id_owner(p->conf, t, ids[n], group);
-		if (other) {
-			ret = perr(p, "%s: %s %u%s is already in tenant '%s' (line %u)",
-				   k->name, what, ids[n], named, other->name,
-				   other->line);
-			goto out_free;
-		}
-		n++;
-	}
-	if (group) {
-		t->gids = ids;
-		t->nr_gids = n;
-	} else {
-		t->uids = ids;
-		t->nr_uids = n;
-	}
-	return 0;
-out_free:
-	free(ids);
-	return ret;
-}
-
-/* A string of 16..64 bytes, or hex: and 32..128 hex digits. */
-static int set_secret(struct parser *p, const struct conf_key *k,
-		      const char *val)
-{
-	struct kvd_tenant_conf *t = sect_base(p);
-	size_t len = strlen(val);
-
-	if (!strncmp(val, "hex:", 4)) {
-		const char *hex = val + 4;
-		size_t digits = len - 4;
-
-		for (size_t i = 0; i < digits; i++)
-			if (hex_val(hex[i]) < 0)
-				return perr(p, "%s: 'hex:' must be followed by hex digits only",
-					    k->name);
-		if (digits % 2)
-			return perr(p, "%s: 'hex:' must be followed by an even number of hex digits (%zu given)",
-				    k->name, digits);
-		len = digits / 2;
-		if (len < KVD_CONF_SECRET_MIN || len > KVD_CONF_SECRET_MAX)
-			return perr(p, "%s: %zu bytes of hex; it must give %d to %d bytes (%d to %d hex digits)",
-				    k->name, len, KVD_CONF_SECRET_MIN,
-				    KVD_CONF_SECRET_MAX,
-				    2 * KVD_CONF_SECRET_MIN,
-				    2 * KVD_CONF_SECRET_MAX);
-		for (size_t i = 0; i < len; i++)
-			t->secret[i] = (uint8_t)(hex_val(hex[2 * i]) << 4 |
-						 hex_val(hex[2 * i + 1]));
-	} else {
-		if (len < KVD_CONF_SECRET_MIN || len > KVD_CONF_SECRET_MAX)
-			return perr(p, "%s: %zu bytes; it must be %d to %d bytes (or hex:HEXDIGITS)",
-				    k->name, len, KVD_CONF_SECRET_MIN,
-				    KVD_CONF_SECRET_MAX);
-		memcpy(t->secret, val, len);
-	}
-	t->secret_len = (uint32_t)len;
-	return 0;
-}
-
-/* ---- the key tables ------------------------------------------------- */
-
-#define GLOBAL(n, fn, f, lo, hi) { .name = n, .set = fn,		\
-	.off = offsetof(struct kvd_conf, f),				\
-	.has = offsetof(struct kvd_conf, has_##f), .min = lo, .max = hi }
-
-static const struct conf_key global_keys[] = {
-	GLOBAL("pool_size", set_size, pool_bytes, 0, 0),
-	GLOBAL("backend", set_backend, backend, 0, 0),
-	GLOBAL("device", set_u32, device, 0, 255),
-	{ .name = "export", .set = set_export,
-	  .off = offsetof(struct kvd_conf, export_kind),
-	  .has = offsetof(struct kvd_conf, has_export_kind) },
-	GLOBAL("socket", set_path, socket, 0, 0),
-	GLOBAL("socket_mode", set_mode, socket_mode, 0, 0),
-	GLOBAL("admin_socket", set_path, admin_socket, 0, 0),
-	GLOBAL("admin_socket_mode", set_mode, admin_socket_mode, 0007, 0),
-	{ .name = "admin_group", .set = set_group,
-	  .off = offsetof(struct kvd_conf, admin_gid),
-	  .has = offsetof(struct kvd_conf, has_admin_group) },
-	{ .name = "user", .set = set_user,
-	  .has = offsetof(struct kvd_conf, has_user) },
-	GLOBAL("max_clients", set_u32, max_clients, 1, MAX_LIMIT),
-	GLOBAL("max_namespaces", set_u32, max_namespaces, 1, MAX_LIMIT),
-	GLOBAL("max_ring_entries", set_u32, max_ring_entries, 1,
-	       KV_MAX_SQ_ENTRIES),
-	GLOBAL("poll_us", set_u32, poll_us, 0, 100000),
-	GLOBAL("max_client_blocks", set_u32, max_client_blocks, 1,
-	       1U << 30),	/* KVD_REF_MAX */
-	GLOBAL("hugepages", set_bool, hugepages, 0, 0),
-};
-
-#define PAGES(type, f) { .name = #f, .set = set_u32,			\
-	.off = offsetof(type, f), .min = 0, .max = UINT32_MAX }
-
-static const struct conf_key tenant_keys[] = {
-	{ .name = "uids", .set = set_ids },
-	{ .name = "gids", .set = set_ids },
-	{ .name = "secret", .set = set_secret },
-	PAGES(struct kvd_tenant_conf, min_pages),
-	PAGES(struct kvd_tenant_conf, max_pages),
-};
-
-static const struct conf_key namespace_keys[] = {
-	PAGES(struct kvd_quota_conf, min_pages),
-	PAGES(struct kvd_quota_conf, max_pages),
-};
-
-_Static_assert(ARRAY_SIZE(global_keys) <= NR_KEYS_MAX, "set_on[] too short");
-
-static const struct conf_key *find_key(const struct conf_key *keys, size_t nr,
-				       const char *name)
-{
-	for (size_t i = 0; i < nr; i++)
-		if (!strcmp(keys[i].name, name))
-			return &keys[i];
-	return NULL;
-}
-
-/* ---- sections --------------------------------------------------------- */
-
-static void enter_section(struct parser *p, enum conf_section sect,
-			  const struct conf_key *keys, size_t nr_keys)
-{
-	p->sect = sect;
-	p->sect_line = p->line;
-	p->keys = keys;
-	p->nr_keys = nr_keys;
-	memset(p->set_on, 0, sizeof(p->set_on));
-}
-
-static int check_pages(struct parser *p, uint32_t min, uint32_t max)
-{
-	unsigned lmin = key_line(p, "min_pages"), lmax = key_line(p, "max_pages");
-
-	if (max && min > max)
-		return perr_at(p, lmin > lmax ? lmin : lmax,
-			       "min_pages %u is more than max_pages %u in %s",
-			       min, max, p->where);
-	return 0;
-}
-
-/* Checks that need the whole section, when it ends. */
-static int section_end(struct parser *p)
-{
-	const struct kvd_conf *conf = p->conf;
-	const struct kvd_tenant_conf *t;
-	const struct kvd_quota_conf *q;
-	unsigned ls, la;
-
-	switch (p->sect) {
-	case SECT_GLOBAL:
-		ls = key_line(p, "socket");
-		la = key_line(p, "admin_socket");
-		if (ls && la && !strcmp(conf->socket, conf->admin_socket))
-			return perr_at(p, ls > la ? ls : la,
-				       "admin_socket must differ from socket");
-		return 0;
-	case SECT_TENANT:
-		t = sect_base(p);
-		if (!t->secret_len)
-			return perr_at(p, p->sect_line,
-				       "tenant '%s' has no secret", t->name);
-		if (!t->nr_uids && !t->nr_gids)
-			return perr_at(p, p->sect_line,
-				       "tenant '%s' has neither uids nor gids",
-				       t->name);
-		return check_pages(p, t->min_pages, t->max_pages);
-	case SECT_NAMESPACE:
-		q = sect_base(p);
-		return check_pages(p, q->min_pages, q->max_pages);
-	}
-	return 0;
-}
-
-static int grow(struct parser *p, void **arr, uint32_t nr, uint32_t *cap,
-		size_t size)
-{
-	uint32_t ncap = *cap ? *cap * 2 : 4;
-	void *n;
-
-	if (nr < *cap)
-		return 0;
-	n = realloc(*arr, (size_t)ncap * size);
-	if (!n)
-		return perr_nomem(p);
-	memset((char *)n + (size_t)*cap * size, 0, (size_t)(ncap - *cap) * size);
-	*arr = n;
-	*cap = ncap;
-	return 0;
-}
-
-/* 1..31 letters, digits, '.', '_' or '-'. */
-static bool tenant_name_ok(const char *s, size_t len)
-{
-	if (!len || len >= KVD_CONF_NAME_MAX)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = s[i];
-
-		if (!is_digit(c) && !(c >= 'a' && c <= 'z') &&
-		    !(c >= 'A' && c <= 'Z') && c != '.' && c != '_' && c != '-')
-			return false;
-	}
-	return true;
-}
-
-static int tenant_begin(struct parser *p, const char *name)
-{
-	struct kvd_conf *conf = p->conf;
-	struct kvd_tenant_conf *t;
-	int ret;
-
-	if (!tenant_name_ok(name, strlen(name)))
-		return perr(p, "malformed section header: tenant name '%s' is not 1 to %d letters, digits, '.', '_' or '-'",
-			    name, KVD_CONF_NAME_MAX - 1);
-	for (uint32_t i = 0; i < conf->nr_tenants; i++)
-		if (!strcmp(conf->tenants[i].name, name))
-			return perr(p, "duplicate tenant '%s' (first defined on line %u)",
-				    name, conf->tenants[i].line);
-	if (conf->nr_tenants == KVD_CONF_TENANTS_MAX)
-		return perr(p, "too many tenants (at most %d)",
-			    KVD_CONF_TENANTS_MAX);
-	ret = grow(p, (void **)&conf->tenants, conf->nr_tenants,
-		   &p->cap_tenants, sizeof(*conf->tenants));
-	if (ret)
-		return ret;
-	t = &conf->tenants[conf->nr_tenants++];
-	strcpy(t->name, name);
-	t->line = p->line;
-	enter_section(p, SECT_TENANT, tenant_keys, ARRAY_SIZE(tenant_keys));
-	snprintf(p->where, sizeof(p->where), "[tenant %s]", name);
-	return 0;
-}
-
-/* TENANT/MODEL: the tenant runs to the first '/', the model id may hold more. */
-static int namespace_begin(struct parser *p, const char *arg)
-{
-	struct kvd_conf *conf = p->conf;
-	const char *slash = strchr(arg, '/'), *model;
-	struct kvd_quota_conf *q;
-	size_t tlen, mlen;
-	int ret;
-
-	if (!slash)
-		return perr(p, "malformed section header: '%s' is not TENANT/MODEL",
-			    arg);
-	tlen = (size_t)(slash - arg);
-	model = slash + 1;
-	mlen = strlen(model);
-	if (!tenant_name_ok(arg, tlen))
-		return perr(p, "malformed section header: tenant name '%.*s' is not 1 to %d letters, digits, '.', '_' or '-'",
-			    (int)tlen, arg, KVD_CONF_NAME_MAX - 1);
-	if (!mlen || mlen >= KVD_CONF_MODEL_MAX)
-		return perr(p, "malformed section header: model id of %zu bytes (1 to %d)",
-			    mlen, KVD_CONF_MODEL_MAX - 1);
-	for (size_t i = 0; i < mlen; i++)
-		if (model[i] < 0x21 || model[i] > 0x7e)
-			return perr(p, "malformed section header: model id '%s' is not printable ASCII without spaces",
-				    model);
-	for (uint32_t i = 0; i < conf->nr_quotas; i++) {
-		q = &conf->quotas[i];
-		if (!strncmp(q->tenant, arg, tlen) && !q->tenant[tlen] &&
-		    !strcmp(q->model_id, model))
-			return perr(p, "duplicate namespace '%s' (first defined on line %u)",
-				    arg, q->line);
-	}
-	ret = grow(p, (void **)&conf->quotas, conf->nr_quotas, &p->cap_quotas,
-		   sizeof(*conf->quotas));
-	if (ret)
-		return ret;
-	q = &conf->quotas[conf->nr_quotas++];
-	memcpy(q->tenant, arg, tlen);
-	memcpy(q->model_id, model, mlen + 1);
-	q->line = p->line;
-	enter_section(p, SECT_NAMESPACE, namespace_keys,
-		      ARRAY_SIZE(namespace_keys));
-	snprintf(p->where, sizeof(p->where), "[namespace %s]", arg);
-	return 0;
-}
-
-/*
- * "[KIND ARG]": the header ends at the first ']' followed by nothing but
- * blanks or a comment, so a model id may hold '#' or ']'.
- */
-static int parse_section(struct parser *p, char *s)
-{
-	char hdr[KVD_CONF_LINE_MAX + 1], *close, *rest, *kind, *arg, *end;
-	int ret;
-
-	for (close = strchr(s, ']'); close; close = strchr(close + 1, ']')) {
-		rest = skip_blanks(close + 1);
-		if (!*rest || *rest == '#')
-			break;
-	}
-	if (!close)
-		return perr(p, "malformed section header (expected [tenant NAME] or [namespace TENANT/MODEL])");
-	*close = 0;
-	strcpy(hdr, s);
-	kind = skip_blanks(s + 1);
-	end = kind + strcspn(kind, " \t");
-	arg = skip_blanks(end);
-	*end = 0;
-	end = arg + strcspn(arg, " \t");
-	if (*skip_blanks(end) || !*arg)
-		return perr(p, "malformed section header '%s]' (expected [tenant NAME] or [namespace TENANT/MODEL])",
-			    hdr);
-	*end = 0;
-	if (strcmp(kind, "tenant") && strcmp(kind, "namespace"))
-		return perr(p, "malformed section header: unknown section '%s' (expected [tenant NAME] or [namespace TENANT/MODEL])",
-			    kind);
-	ret = section_end(p);
-	if (ret)
-		return ret;
-	if (!strcmp(kind, "tenant"))
-		return tenant_begin(p, arg);
-	return namespace_begin(p, arg);
-}
-
-/* ---- key = value ------------------------------------------------------ */
-
-/* The value after '=': quoted ("..." with \" and \\) or bare to '#'. */
-static int parse_value(struct parser *p, const char *key, char *s, char *val)
-{
-	char *o = val;
-
-	if (*s == '"') {
-		for (s++; *s && *s != '"'; s++) {
-			if (*s == '\\' && (s[1] == '"' || s[1] == '\\'))
-				s++;
-			*o++ = *s;
-		}
-		if (*s != '"')
-			return perr(p, "%s: unterminated quoted value", key);
-		s = skip_blanks(s + 1);
-		if (*s && *s != '#')
-			return perr(p, "%s: unexpected text after the quoted value",
-				    key);
-		*o = 0;
-		return 0;
-	}
-	for (; *s && *s != '#'; s++) {
-		if (*s == '"')
-			return perr(p, "%s: stray '\"' in the value (quote the whole value)",
-				    key);
-		*o++ = *s;
-	}
-	while (o > val && is_blank(o[-1]))
-		o--;
-	*o = 0;
-	if (o == val)
-		return perr(p, "%s: no value", key);
-	return 0;
-}
-
-static bool is_key_char(char c)
-{
-	return is_digit(c) || (c >= 'a' && c <= 'z') ||
-	       (c >= 'A' && c <= 'Z') || c == '_' || c == '-';
-}
-
-static const char *key_hint(const struct parser *p, const char *name)
-{
-	if (p->sect != SECT_GLOBAL &&
-	    find_key(global_keys, ARRAY_SIZE(global_keys), name))
-		return " (global keys go before the first section)";
-	if (p->sect != SECT_TENANT &&
-	    find_key(tenant_keys, ARRAY_SIZE(tenant_keys), name))
-		return " (it belongs in a [tenant NAME] section)";
-	return "";
-}
-
-static int parse_assignment(struct parser *p, char *s)
-{
-	char key[KVD_CONF_LINE_MAX + 1], val[KVD_CONF_LINE_MAX + 1];
-	const struct conf_key *k;
-	size_t len = 0, i;
-	int ret;
-
-	while (is_key_char(s[len]))
-		len++;
-	if (!len)
-		return perr(p, "expected 'key = value' or a [section] header");
-	memcpy(key, s, len);
-	key[len] = 0;
-	s = skip_blanks(s + len);
-	if (*s != '=')
-		return perr(p, "expected '=' after '%s'", key);
-	k = find_key(p->keys, p->nr_keys, key);
-	if (!k)
-		return perr(p, "unknown key '%s' in %s%s", key, p->where,
-			    key_hint(p, key));
-	i = (size_t)(k - p->keys);
-	if (p->set_on[i])
-		return perr(p, "duplicate key '%s' in %s (first set on line %u)",
-			    key, p->where, p->set_on[i]);
-	ret = parse_value(p, key, skip_blanks(s + 1), val);
-	if (ret)
-		return ret;
-	ret = k->set(p, k, val);
-	if (ret)
-		return ret;
-	p->set_on[i] = p->line;
-	if (k->has)
-		*(bool *)((char *)p->conf + k->has) = true;
-	return 0;
-}
-
-/*
- * Reads the next line into @buf (KVD_CONF_LINE_MAX + 1 bytes), without
- * its newline (or CR LF). Returns 1, 0 at the end of the file, or an
- * error: a line too long, a control character, a read error.
- */
-static int read_line(struct parser *p, FILE *f, char *buf)
-{
-	char eb[64];
-	size_t n = 0;
-	int c;
-
-	errno = 0;
-	while ((c = getc(f)) != EOF && c != '\n') {
-		if (n == KVD_CONF_LINE_MAX) {
-			p->line++;
-			return perr(p, "line too long (more than %d bytes)",
-				    KVD_CONF_LINE_MAX);
-		}
-		buf[n++] = (char)c;
-	}
-	if (c == EOF && ferror(f)) {
-		int e = errno ? errno : EIO;
-
-		snprintf(p->err, p->errlen, "%s: %s", p->path,
-			 strerror_r(e, eb, sizeof(eb)));
-		return -e;
-	}
-	if (c == EOF && !n)
-		return 0;
-	p->line++;
-	if (n && buf[n - 1] == '\r')
-		n--;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char u = (unsigned char)buf[i];
-
-		if ((u < 0x20 && u != '\t') || u == 0x7f)
-			return perr(p, "control character 0x%02x in the line",
-				    u);
-	}
-	buf[n] = 0;
-	return 1;
-}
-
-static int parse_line(struct parser *p, char *s)
-{
-	s = skip_blanks(s);
-	if (!*s || *s == '#')
-		return 0;
-	if (*s == '[')
-		return parse_section(p, s);
-	return parse_assignment(p, s);
-}
-
-/* Checks that need the whole file. */
-static int file_end(struct parser *p)
-{
-	const struct kvd_conf *conf = p->conf;
-	int ret = section_end(p);
-
-	if (ret)
-		return ret;
-	for (uint32_t i = 0; i < conf->nr_quotas; i++) {
-		const struct kvd_quota_conf *q = &conf->quotas[i];
-		bool found = false;
-
-		for (uint32_t j = 0; j < conf->nr_tenants && !found; j++)
-			found = !strcmp(conf->tenants[j].name, q->tenant);
-		if (!found)
-			return perr_at(p, q->line,
-				       "namespace '%s/%s' names unknown tenant '%s'",
-				       q->tenant, q->model_id, q->tenant);
-	}
-	return 0;
-}
-
-int kvd_conf_load(const char *path, struct kvd_conf *conf, char *err,
-		  size_t errlen)
-{
-	struct parser p = {
-		.path = path, .err = err, .errlen = errlen, .conf = conf,
-		.where = "global section",
-	};
-	char buf[KVD_CONF_LINE_MAX + 1], eb[64];
-	FILE *f;
-	int ret;
-
-	memset(conf, 0, sizeof(*conf));
-	if (errlen)
-		err[0] = 0;
-	f = fopen(path, "re");
-	if (!f) {
-		ret = errno ? -errno : -EIO;
-		if (errlen)
-			snprintf(err, errlen, "%s: %s", path,
-				 strerror_r(-ret, eb, sizeof(eb)));
-		return ret;
-	}
-	enter_section(&p, SECT_GLOBAL, global_keys, ARRAY_SIZE(global_keys));
-	while ((ret = read_line(&p, f, buf)) > 0) {
-		ret = parse_line(&p, buf);
-		if (ret)
-			break;
+	ret = parse_user(c, user, group, &u);
+	if (!ret && group) {
+		ret = parse_group(c, group, &u.gid);
+		u.group = true;
 	}
 	if (!ret)
-		ret = file_end(&p);
-	fclose(f);
-	if (ret)
-		kvd_conf_free(conf);
+		memcpy(dst, &u, sizeof(u));
 	return ret;
 }
 
-void kvd_conf_free(struct kvd_conf *conf)
+/* ---- the table -------------------------------------------------------- */
+
+static const struct conf_enum backends[] = {
+	{ "host", KV_BACKEND_HOST }, { "cuda", KV_BACKEND_CUDA },
+	{ "auto", KVD_BACKEND_AUTO }, { NULL, 0 },
+};
+
+static const struct conf_enum exports[] = {
+	{ "vmm", KV_EXPORT_VMM }, { "legacy", KV_EXPORT_LEGACY }, { NULL, 0 },
+};
+
+static const struct conf_enum loops[] = {
+	{ "io_uring", KVD_LOOP_IO_URING }, { "epoll", KVD_LOOP_EPOLL },
+	{ "auto", KVD_LOOP_AUTO }, { NULL, 0 },
+};
+
+/* Equal sizes in both structs, or the build fails (a negative array). */
+#define SAME_SIZE(f)	(sizeof(((struct kvd_config *)0)->f) +		\
+	0 * sizeof(char[sizeof(((struct kvd_config *)0)->f) ==		\
+			sizeof(((struct kvd_conf *)0)->f) ? 1 : -1]))
+
+/* A key of kvd.conf and, with @o, an option too. */
+#define BOTH(n, o, f, fn)						\
+	.name = n, .opt = o, .set = fn,					\
+	.off = offsetof(struct kvd_conf, f),				\
+	.has = offsetof(struct kvd_conf, has_##f),			\
+	.cfg_off = offsetof(struct kvd_config, f), .size = SAME_SIZE(f)
+
+/* A command-line option only. */
+#define ARGV(o, f, fn)							\
+	.opt = o, .set = fn, .cfg_off = offsetof(struct kvd_config, f),	\
+	.size = sizeof(((struct kvd_config *)0)->f)
+
+const struct conf_key kvd_keys[KVD_NR_KEYS] = {
+	[KVD_KEY_BACKEND] = { BOTH("backend", "backend", backend, set_enum),
+		.short_opt = 'b', .arg = "B", .what = "backend",
+		.values = backends, .def = KVD_BACKEND_AUTO,
+		.help = "host, cuda or auto (default auto: cuda when a CUDA\n"
+			"device is present, else host)" },
+	[KVD_KEY_DEVICE] = { BOTH("device", "device", device, conf_set_u32),
+		.short_opt = 'd', .arg = "N", .min = 0, .max = 255,
+		.what = "device ordinal",
+		.help = "cuda: the device ordinal (default 0)" },
+	[KVD_KEY_EXPORT] = { BOTH("export", "export", export_kind, set_enum),
+		.arg = "E", .what = "export", .values = exports,
+		.help = "cuda: vmm (default: cuMemCreate extents as POSIX\n"
+			"fds) or legacy (one cuMemAlloc, as cudaMalloc, + a\n"
+			"CUDA IPC handle)" },
+	[KVD_KEY_POOL_SIZE] = { BOTH("pool_size", "pool-size", pool_bytes,
+				     set_size),
+		.short_opt = 'p', .arg = "SIZE", .min = KV_PAGE_BYTES,
+		.max = SIZE_MAX_BYTES, .def = 1LL << 30,
+		.help = "pool bytes, with K, M, G or T (default 1G);\n"
+			"rounded down to 2 MiB pages" },
+	[KVD_KEY_SOCKET] = { BOTH("socket", "socket", socket, set_path),
+		.short_opt = 's', .arg = "PATH",
+		.help = "client socket (default $KVD_SOCKET, else\n"
+			"/run/kvd/kvd.sock as root, $XDG_RUNTIME_DIR/kvd.sock)" },
+	[KVD_KEY_SOCKET_MODE] = { BOTH("socket_mode", NULL, socket_mode,
+				       set_mode),
+		.def = 0666 },
+	[KVD_KEY_ADMIN_SOCKET] = { BOTH("admin_socket", "admin-socket",
+					admin_socket, set_path),
+		.short_opt = 'a', .arg = "P",
+		.help = "admin socket (default kvd-admin.sock beside it)" },
+	[KVD_KEY_ADMIN_SOCKET_MODE] = { BOTH("admin_socket_mode", NULL,
+					     admin_socket_mode, set_mode),
+		.min = 0007, .def = 0660 },
+	[KVD_KEY_ADMIN_GROUP] = { .name = "admin_group", .set = set_group,
+		.off = offsetof(struct kvd_conf, admin_gid),
+		.has = offsetof(struct kvd_conf, has_admin_group),
+		.cfg_off = offsetof(struct kvd_config, admin_gid),
+		.size = SAME_SIZE(admin_gid) },
+	[KVD_KEY_CONFIG] = { ARGV("config", conf_path, set_string),
+		.short_opt = 'c', .arg = "FILE",
+		.help = "configuration (default /etc/kvd/kvd.conf if it exists);\n"
+			"options given here override the file" },
+	[KVD_KEY_USER] = { BOTH("user", "user", user, set_user),
+		.short_opt = 'u', .arg = "USER[:GROUP]",
+		.help = "drop privileges to USER after set-up (as root); its\n"
+			"groups, or GROUP alone" },
+	[KVD_KEY_MAX_CLIENTS] = { BOTH("max_clients", "max-clients",
+				       max_clients, conf_set_u32),
+		.arg = "N", .min = 1, .max = MAX_LIMIT, .def = 256,
+		.help = "client slots (default 256)" },
+	[KVD_KEY_MAX_NAMESPACES] = { BOTH("max_namespaces", "max-namespaces",
+					  max_namespaces, conf_set_u32),
+		.arg = "N", .min = 1, .max = MAX_LIMIT, .def = 64,
+		.help = "namespace slots (default 64)" },
+	[KVD_KEY_MAX_RING_ENTRIES] = { BOTH("max_ring_entries",
+					    "max-ring-entries",
+					    max_ring_entries, conf_set_u32),
+		.arg = "N", .min = 1, .max = KV_MAX_SQ_ENTRIES,
+		.def = KV_MAX_SQ_ENTRIES,
+		.help = "SQ entries a client may ask for (default 4096)" },
+	[KVD_KEY_MAX_CLIENT_BLOCKS] = { BOTH("max_client_blocks",
+					     "max-client-blocks",
+					     max_client_blocks, conf_set_u32),
+		.arg = "N", .min = 1, .max = 1U << 30,	/* KVD_REF_MAX */
+		.help = "block references one client may hold (default:\n"
+			"no limit)" },
+	[KVD_KEY_POLL_US] = { BOTH("poll_us", "poll-us", poll_us,
+				   conf_set_u32),
+		.arg = "N", .min = 0, .max = 100000, .def = 50,
+		.help = "after serving, poll the rings N us before sleeping\n"
+			"(default 50; 0: sleep at once)" },
+	[KVD_KEY_HUGEPAGES] = { BOTH("hugepages", "hugepages", hugepages,
+				     set_bool),
+		.help = "back the host pool with 2 MiB huge pages" },
+	[KVD_KEY_EXTENT_SIZE] = { ARGV("extent-size", extent_bytes, set_size),
+		.arg = "SIZE", .min = KV_PAGE_BYTES, .max = SIZE_MAX_BYTES,
+		.what = "2M multiple",
+		.help = "pool extents, a multiple of 2M (host default pool/32,\n"
+			"2M..1G; cuda default 1G); a tenant only ever maps\n"
+			"its own extents; memory is given back by extents" },
+	[KVD_KEY_EVENT_LOOP] = { ARGV("event-loop", event_loop, set_enum),
+		.arg = "L", .env = "KVD_EVENT_LOOP", .what = "event loop",
+		.values = loops, .def = KVD_LOOP_AUTO,
+		.help = "io_uring, epoll or auto (default $KVD_EVENT_LOOP,\n"
+			"else auto: io_uring, or epoll where it is unavailable)" },
+	[KVD_KEY_VERBOSE] = { ARGV("verbose", verbose, set_bool),
+		.short_opt = 'v', .help = "debug logging" },
+	[KVD_KEY_QUIET] = { ARGV("quiet", quiet, set_bool),
+		.short_opt = 'q', .help = "errors and warnings only" },
+	[KVD_KEY_VERSION] = { .opt = "version", .short_opt = 'V' },
+	[KVD_KEY_HELP] = { .opt = "help", .short_opt = 'h' },
+};
+
+const struct conf_key *conf_global_key(const char *name)
 {
-	if (!conf)
-		return;
-	for (uint32_t i = 0; i < conf->nr_tenants; i++) {
-		free(conf->tenants[i].uids);
-		free(conf->tenants[i].gids);
-	}
-	if (conf->tenants)
-		explicit_bzero(conf->tenants,
-			       conf->nr_tenants * sizeof(*conf->tenants));
-	free(conf->tenants);
-	free(conf->quotas);
-	memset(conf, 0, sizeof(*conf));
-}
-
-static bool has_id(const uint32_t *ids, uint32_t nr, uint32_t id)
-{
-	for (uint32_t i = 0; i < nr; i++)
-		if (ids[i] == id)
-			return true;
-	return false;
-}
-
-const struct kvd_tenant_conf *kvd_conf_tenant_of(const struct kvd_conf *conf,
-						 uint32_t uid, uint32_t gid,
-						 const uint32_t *groups,
-						 uint32_t nr_groups)
-{
-	const struct kvd_tenant_conf *t;
-	uint32_t i, j;
-
-	for (i = 0; i < conf->nr_tenants; i++) {
-		t = &conf->tenants[i];
-		if (has_id(t->uids, t->nr_uids, uid))
-			return t;
-	}
-	for (i = 0; i < conf->nr_tenants; i++) {
-		t = &conf->tenants[i];
-		if (has_id(t->gids, t->nr_gids, gid))
-			return t;
-	}
-	for (i = 0; i < conf->nr_tenants; i++) {
-		t = &conf->tenants[i];
-		for (j = 0; j < nr_groups; j++)
-			if (has_id(t->gids, t->nr_gids, groups[j]))
-				return t;
-	}
-	return NULL;
-}
-
-const struct kvd_quota_conf *kvd_conf_quota(const struct kvd_conf *conf,
-					    const char *tenant,
-					    const char *model_id)
-{
-	for (uint32_t i = 0; i < conf->nr_quotas; i++) {
-		const struct kvd_quota_conf *q = &conf->quotas[i];
-
-		if (!strcmp(q->tenant, tenant) && !strcmp(q->model_id, model_id))
-			return q;
-	}
+	for (size_t i = 0; i < KVD_NR_KEYS; i++)
+		if (kvd_keys[i].name && !strcmp(kvd_keys[i].name, name))
+			return &kvd_keys[i];
 	return NULL;
 }

@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * kvd.conf: the daemon's configuration file (format in kvd.conf(5)).
+ * kvd's configuration: one table of keys (kvd/config.c), fed from two
+ * front-ends. kvd.conf (kvd/conf_parse.c, format in kvd.conf(5)) fills a
+ * struct kvd_conf; the command line (kvd/options.c) fills a struct
+ * kvd_config, the values the daemon runs with, and kvd_config_merge()
+ * completes it from the file, the environment and the table's defaults.
+ * `--pool-size 8G` and `pool_size = 8G` go through the same setter, with
+ * the same grammar, range and message.
  *
  * kvd_conf_load() reads the whole file into a struct kvd_conf, or fails
  * with one "PATH:LINE: why" message and leaves nothing allocated. It has
  * no global state and touches nothing but the struct it fills, so a
  * reload parses into a second struct and swaps it in only on success.
  * The parser never applies defaults: each global value comes with a
- * has_<name> flag, and the caller (main.c) decides what an unset value
- * means and how command-line options override the file.
+ * has_<name> flag.
  */
 #ifndef KVD_CONFIG_H
 #define KVD_CONFIG_H
@@ -16,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define KVD_CONF_PATH		"/etc/kvd/kvd.conf"
 #define KVD_CONF_LINE_MAX	1024	/* bytes, newline excluded */
@@ -25,6 +31,18 @@
 #define KVD_CONF_SECRET_MIN	16	/* bytes */
 #define KVD_CONF_SECRET_MAX	64	/* bytes */
 #define KVD_CONF_TENANTS_MAX	256	/* [tenant] sections (KVD_MAX_TENANTS) */
+#define KVD_CONF_USER_MAX	256	/* user name, NUL included (LOGIN_NAME_MAX) */
+
+#define KVD_BACKEND_AUTO	(-1)	/* backend: cuda if a device, else host */
+
+/* user = USER[:GROUP], --user USER[:GROUP], resolved when parsed. */
+struct kvd_user {
+	uint32_t	uid;
+	uint32_t	gid;		/* GROUP, else the user's primary group */
+	bool		group;		/* GROUP given: that group alone; else
+					 * the user's groups (initgroups) */
+	char		name[KVD_CONF_USER_MAX];	/* "" for UID:GID */
+};
 
 /* A [tenant NAME] section. */
 struct kvd_tenant_conf {
@@ -56,7 +74,7 @@ struct kvd_quota_conf {
 struct kvd_conf {
 	uint64_t	pool_bytes;	/* >= 2 MiB, not rounded */
 	bool		has_pool_bytes;
-	int		backend;	/* KV_BACKEND_HOST, KV_BACKEND_CUDA, 0: auto */
+	int		backend;	/* KV_BACKEND_HOST, _CUDA, KVD_BACKEND_AUTO */
 	bool		has_backend;
 	uint32_t	device;		/* cuda device ordinal, 0..255 */
 	bool		has_device;
@@ -72,8 +90,7 @@ struct kvd_conf {
 	bool		has_admin_socket_mode;
 	uint32_t	admin_gid;
 	bool		has_admin_group;
-	uint32_t	user_uid;	/* drop privileges to these */
-	uint32_t	user_gid;	/* the user's primary group */
+	struct kvd_user	user;		/* drop privileges to it */
 	bool		has_user;
 	uint32_t	max_clients;	/* 1..1024 */
 	bool		has_max_clients;
@@ -137,5 +154,100 @@ const struct kvd_tenant_conf *kvd_conf_tenant_of(const struct kvd_conf *conf,
 const struct kvd_quota_conf *kvd_conf_quota(const struct kvd_conf *conf,
 					    const char *tenant,
 					    const char *model_id);
+
+/*
+ * The keys of the table, in its order (which --help follows). Each value
+ * key has a field in struct kvd_config; those of kvd.conf one in struct
+ * kvd_conf too, of the same name and size.
+ */
+enum kvd_key {
+	KVD_KEY_BACKEND,
+	KVD_KEY_DEVICE,
+	KVD_KEY_EXPORT,
+	KVD_KEY_POOL_SIZE,
+	KVD_KEY_SOCKET,
+	KVD_KEY_SOCKET_MODE,		/* kvd.conf only */
+	KVD_KEY_ADMIN_SOCKET,
+	KVD_KEY_ADMIN_SOCKET_MODE,	/* kvd.conf only */
+	KVD_KEY_ADMIN_GROUP,		/* kvd.conf only */
+	KVD_KEY_CONFIG,			/* command line only */
+	KVD_KEY_USER,
+	KVD_KEY_MAX_CLIENTS,
+	KVD_KEY_MAX_NAMESPACES,
+	KVD_KEY_MAX_RING_ENTRIES,
+	KVD_KEY_MAX_CLIENT_BLOCKS,
+	KVD_KEY_POLL_US,
+	KVD_KEY_HUGEPAGES,
+	KVD_KEY_EXTENT_SIZE,		/* command line only */
+	KVD_KEY_EVENT_LOOP,		/* command line or $KVD_EVENT_LOOP */
+	KVD_KEY_VERBOSE,		/* command line only, and below */
+	KVD_KEY_QUIET,
+	KVD_KEY_VERSION,
+	KVD_KEY_HELP,
+	KVD_NR_KEYS
+};
+
+/* What the daemon runs with: the command line, over kvd.conf, over defaults. */
+struct kvd_config {
+	uint64_t	argv_set;	/* bit 1 << KVD_KEY_*: given on the command line */
+	uint64_t	set;		/* given on the command line, in kvd.conf
+					 * or in the environment */
+	int		backend;	/* KV_BACKEND_*, KVD_BACKEND_AUTO */
+	int		device;		/* cuda device ordinal, 0..255 */
+	int		export_kind;	/* cuda: KV_EXPORT_VMM or _LEGACY, 0: vmm */
+	uint64_t	pool_bytes;	/* >= 2 MiB, not rounded */
+	char		socket[KVD_CONF_PATH_MAX];	/* "": the default */
+	unsigned	socket_mode;
+	char		admin_socket[KVD_CONF_PATH_MAX];	/* "": beside it */
+	unsigned	admin_socket_mode;
+	uint32_t	admin_gid;	/* with KVD_KEY_ADMIN_GROUP set */
+	const char	*conf_path;	/* --config; NULL: KVD_CONF_PATH if it exists */
+	struct kvd_user	user;		/* with KVD_KEY_USER set */
+	uint32_t	max_clients;
+	uint32_t	max_namespaces;
+	uint32_t	max_ring_entries;	/* SQ entries a HELLO may ask */
+	uint32_t	max_client_blocks;	/* refs per client, 0: no limit */
+	uint32_t	poll_us;	/* poll busy rings this long before sleeping */
+	bool		hugepages;
+	uint64_t	extent_bytes;	/* 0: pool / 32, within 2 MiB..1 GiB */
+	int		event_loop;	/* KVD_LOOP_* */
+	bool		verbose, quiet;
+	/* not keys: set by the daemon */
+	uint32_t	sq_budget;	/* work per client per pass (ring.c) */
+	uint32_t	hello_timeout_ms;
+};
+
+static inline bool kvd_config_has(const struct kvd_config *cfg,
+				  enum kvd_key key)
+{
+	return cfg->set >> key & 1;
+}
+
+/**
+ * kvd_config_argv - the command line through the key table
+ * @cfg:	zeroed by the caller; gets each option given, and its bit in
+ *		argv_set (the later of two equal options wins)
+ * @err:	on failure, one line without "kvd: " or a newline, naming the
+ *		option and the problem ("--pool-size: '1M' is less than ...")
+ *
+ * Return: 0; 1 when --help or --version was answered on stdout (exit 0);
+ * -EINVAL for an unknown option, a missing or bad value or an extra
+ * argument. Uses getopt_long (reset first): not thread-safe.
+ */
+int kvd_config_argv(struct kvd_config *cfg, int argc, char **argv,
+		    char *err, size_t errlen);
+
+/**
+ * kvd_config_merge - complete @cfg: each key not given on the command
+ * line takes @file's value (@file may be NULL), else its environment
+ * variable's, else its default. Sets the bits of cfg->set.
+ *
+ * Return: 0, or -EINVAL with @err set for a bad environment value.
+ */
+int kvd_config_merge(struct kvd_config *cfg, const struct kvd_conf *file,
+		     char *err, size_t errlen);
+
+/* kvd --help, from the table. */
+void kvd_config_usage(FILE *f);
 
 #endif /* KVD_CONFIG_H */

@@ -16,31 +16,7 @@
 #include "pool.h"
 #include "tenant.h"
 
-#define KVD_BACKEND_AUTO	(-1)	/* cfg.backend: cuda if a device, else host */
-
-struct kvd_config {
-	const char	*conf_path;	/* NULL: KVD_CONF_PATH if it exists */
-	const char	*user;		/* --user: drop privileges to it */
-	bool		set[16];	/* given on the command line (CFG_*) */
-	const char	*socket_path;
-	const char	*admin_path;
-	uint64_t	pool_bytes;
-	int		backend;	/* KV_BACKEND_*, 0: auto */
-	int		device;		/* cuda device ordinal */
-	bool		device_set;	/* given on the command line */
-	int		export_kind;	/* cuda: KV_EXPORT_VMM or _LEGACY */
-	bool		hugepages;
-	uint64_t	extent_bytes;	/* 0: pool / 32, within 2 MiB..1 GiB */
-	uint32_t	max_clients;
-	uint32_t	max_namespaces;
-	uint32_t	max_ring_entries;	/* SQ entries a HELLO may ask */
-	uint32_t	max_client_blocks;	/* refs per client, 0: no limit */
-	uint32_t	poll_us;	/* poll busy rings this long before sleeping */
-	bool		poll_set;
-	uint32_t	sq_budget;	/* work per client per pass (ring.c) */
-	uint32_t	hello_timeout_ms;
-	int		event_loop;	/* KVD_LOOP_* */
-};
+/* struct kvd_config, the configuration: config.h */
 
 struct kvd {
 	struct kvd_config cfg;

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvd: options, the pool's backend, sockets, single-instance lock,
- * signals, then the event loop until SIGTERM/SIGINT.
+ * kvd's run sequence: the configuration (the command line and kvd.conf,
+ * both through config.c's key table), the pool's backend, sockets,
+ * single-instance lock, signals, privileges, then the event loop until
+ * SIGTERM/SIGINT.
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
-#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,83 +36,6 @@
 #define KV_VERSION "0.0"
 #endif
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-"usage: kvd [options]\n"
-"  -b, --backend B        host, cuda or auto (default auto: cuda when a CUDA\n"
-"                         device is present, else host)\n"
-"  -d, --device N         cuda: the device ordinal (default 0)\n"
-"      --export E         cuda: vmm (default: cuMemCreate extents as POSIX\n"
-"                         fds) or legacy (one cuMemAlloc, as cudaMalloc, + a\n"
-"                         CUDA IPC handle)\n"
-"  -p, --pool-size SIZE   pool bytes, with K, M, G or T (default 1G);\n"
-"                         rounded down to 2 MiB pages\n"
-"  -s, --socket PATH      client socket (default $KVD_SOCKET, else\n"
-"                         /run/kvd/kvd.sock as root, $XDG_RUNTIME_DIR/kvd.sock)\n"
-"  -a, --admin-socket P   admin socket (default kvd-admin.sock beside it)\n"
-"  -c, --config FILE      configuration (default /etc/kvd/kvd.conf if it exists);\n"
-"                         options given here override the file\n"
-"  -u, --user USER        drop privileges to USER after set-up (as root)\n"
-"      --max-clients N    client slots (default 256)\n"
-"      --max-namespaces N namespace slots (default 64)\n"
-"      --max-ring-entries N  SQ entries a client may ask for (default 4096)\n"
-"      --max-client-blocks N block references one client may hold (default:\n"
-"                         no limit)\n"
-"      --poll-us N        after serving, poll the rings N us before sleeping\n"
-"                         (default 50; 0: sleep at once)\n"
-"      --hugepages        back the host pool with 2 MiB huge pages\n"
-"      --extent-size SIZE pool extents, a multiple of 2M (host default pool/32,\n"
-"                         2M..1G; cuda default 1G); a tenant only ever maps\n"
-"                         its own extents; memory is given back by extents\n"
-"      --event-loop L     io_uring, epoll or auto (default $KVD_EVENT_LOOP,\n"
-"                         else auto: io_uring, or epoll where it is unavailable)\n"
-"  -v, --verbose          debug logging\n"
-"  -q, --quiet            errors and warnings only\n"
-"  -V, --version\n"
-"  -h, --help\n");
-}
-
-/* "64M" -> bytes. Returns -1 on a malformed or overflowing size. */
-static int64_t parse_size(const char *s)
-{
-	char *end;
-	unsigned long long v;
-	int shift = 0;
-
-	errno = 0;
-	if (*s == '-')
-		return -1;
-	v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	switch (*end) {
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	case 't': case 'T': shift = 40; end++; break;
-	}
-	if (*end == 'i' && shift)
-		end++;
-	if ((*end == 'b' || *end == 'B') && end[1] == 0)
-		end++;
-	if (*end || v > (unsigned long long)(INT64_MAX >> shift))
-		return -1;
-	return (int64_t)(v << shift);
-}
-
-static int parse_u32(const char *s, uint32_t min, uint32_t max, uint32_t *out)
-{
-	char *end;
-	unsigned long v;
-
-	errno = 0;
-	v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || *s == '-' || v < min || v > max)
-		return -1;
-	*out = (uint32_t)v;
-	return 0;
-}
 
 static char *default_path(const char *env, const char *name)
 {
@@ -140,184 +63,6 @@ static char *admin_beside(const char *sock)
 	return asprintf(&p, "%.*skvd-admin.sock", dir, sock) < 0 ? NULL : p;
 }
 
-/* "io_uring", "epoll" or "auto": KVD_LOOP_*, or -1. */
-static int parse_loop(const char *s)
-{
-	if (!strcmp(s, "io_uring"))
-		return KVD_LOOP_IO_URING;
-	if (!strcmp(s, "epoll"))
-		return KVD_LOOP_EPOLL;
-	if (!strcmp(s, "auto"))
-		return KVD_LOOP_AUTO;
-	return -1;
-}
-
-static int parse_args(struct kvd_config *cfg, int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "backend", required_argument, NULL, 'b' },
-		{ "device", required_argument, NULL, 'd' },
-		{ "export", required_argument, NULL, 'X' },
-		{ "pool-size", required_argument, NULL, 'p' },
-		{ "socket", required_argument, NULL, 's' },
-		{ "admin-socket", required_argument, NULL, 'a' },
-		{ "config", required_argument, NULL, 'c' },
-		{ "user", required_argument, NULL, 'u' },
-		{ "max-clients", required_argument, NULL, 'C' },
-		{ "max-namespaces", required_argument, NULL, 'N' },
-		{ "max-ring-entries", required_argument, NULL, 'R' },
-		{ "max-client-blocks", required_argument, NULL, 'B' },
-		{ "poll-us", required_argument, NULL, 'P' },
-		{ "hugepages", no_argument, NULL, 'H' },
-		{ "extent-size", required_argument, NULL, 'E' },
-		{ "event-loop", required_argument, NULL, 'L' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "version", no_argument, NULL, 'V' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 }
-	};
-	const char *loop = getenv("KVD_EVENT_LOOP"), *loop_from = NULL;
-	uint32_t dev;
-	int64_t sz;
-	int o;
-
-	while ((o = getopt_long(argc, argv, "b:d:p:s:a:c:u:vqVh", opts, NULL)) != -1) {
-		switch (o) {
-		case 'b':
-			if (!strcmp(optarg, "host")) {
-				cfg->backend = KV_BACKEND_HOST;
-			} else if (!strcmp(optarg, "cuda")) {
-				cfg->backend = KV_BACKEND_CUDA;
-			} else if (!strcmp(optarg, "auto")) {
-				cfg->backend = KVD_BACKEND_AUTO;
-			} else {
-				fprintf(stderr, "kvd: --backend: unknown backend '%s' (host, cuda or auto)\n", optarg);
-				return -1;
-			}
-			break;
-		case 'd':
-			if (parse_u32(optarg, 0, 255, &dev)) {
-				fprintf(stderr, "kvd: --device: '%s' is not a device ordinal (0..255)\n", optarg);
-				return -1;
-			}
-			cfg->device = (int)dev;
-			cfg->device_set = true;
-			break;
-		case 'X':
-			if (!strcmp(optarg, "vmm")) {
-				cfg->export_kind = KV_EXPORT_VMM;
-			} else if (!strcmp(optarg, "legacy")) {
-				cfg->export_kind = KV_EXPORT_LEGACY;
-			} else {
-				fprintf(stderr, "kvd: --export: unknown export '%s' (vmm or legacy)\n", optarg);
-				return -1;
-			}
-			break;
-		case 'p':
-			sz = parse_size(optarg);
-			if (sz < (int64_t)KV_PAGE_BYTES) {
-				fprintf(stderr, "kvd: --pool-size: '%s' is not a size of at least 2M (digits with K, M, G or T)\n", optarg);
-				return -1;
-			}
-			cfg->pool_bytes = (uint64_t)sz;
-			break;
-		case 's':
-			cfg->socket_path = optarg;
-			break;
-		case 'a':
-			cfg->admin_path = optarg;
-			break;
-		case 'c':
-			cfg->conf_path = optarg;
-			break;
-		case 'u':
-			cfg->user = optarg;
-			break;
-		case 'C':
-			if (parse_u32(optarg, 1, KV_ADMIN_MAX_RECORDS, &cfg->max_clients)) {
-				fprintf(stderr, "kvd: --max-clients: '%s' is not a number in 1..1024\n", optarg);
-				return -1;
-			}
-			break;
-		case 'N':
-			if (parse_u32(optarg, 1, KV_ADMIN_MAX_RECORDS, &cfg->max_namespaces)) {
-				fprintf(stderr, "kvd: --max-namespaces: '%s' is not a number in 1..1024\n", optarg);
-				return -1;
-			}
-			break;
-		case 'R':
-			if (parse_u32(optarg, 1, KV_MAX_SQ_ENTRIES, &cfg->max_ring_entries)) {
-				fprintf(stderr, "kvd: --max-ring-entries: '%s' is not a number in 1..4096\n", optarg);
-				return -1;
-			}
-			break;
-		case 'B':
-			if (parse_u32(optarg, 1, 1U << 30, &cfg->max_client_blocks)) {
-				fprintf(stderr, "kvd: --max-client-blocks: '%s' is not a number in 1..1073741824\n", optarg);
-				return -1;
-			}
-			break;
-		case 'P':
-			if (parse_u32(optarg, 0, 100000, &cfg->poll_us)) {
-				fprintf(stderr, "kvd: --poll-us: '%s' is not a number in 0..100000\n", optarg);
-				return -1;
-			}
-			cfg->poll_set = true;
-			break;
-		case 'H':
-			cfg->hugepages = true;
-			break;
-		case 'E':
-			sz = parse_size(optarg);
-			if (sz < (int64_t)KV_PAGE_BYTES || sz % KV_PAGE_BYTES) {
-				fprintf(stderr, "kvd: --extent-size: '%s' is not a multiple of 2M\n", optarg);
-				return -1;
-			}
-			if ((uint64_t)sz / KV_PAGE_BYTES > UINT32_MAX) {
-				fprintf(stderr, "kvd: --extent-size: '%s' is larger than any pool (8191T at most)\n", optarg);
-				return -1;
-			}
-			cfg->extent_bytes = (uint64_t)sz;
-			break;
-		case 'L':
-			loop = optarg;
-			loop_from = "--event-loop";
-			break;
-		case 'v':
-			kvd_log_level = KVD_LOG_DEBUG;
-			break;
-		case 'q':
-			kvd_log_level = KVD_LOG_WARN;
-			break;
-		case 'V':
-			printf("kvd %s (ABI %u.%u)\n", KV_VERSION, KV_ABI_MAJOR,
-			       KV_ABI_MINOR);
-			exit(0);
-		case 'h':
-			usage(stdout);
-			exit(0);
-		default:
-			usage(stderr);
-			return -1;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "kvd: unexpected argument '%s'\n", argv[optind]);
-		return -1;
-	}
-	/* The option wins over the environment; an empty variable is unset. */
-	if (!loop_from && loop && !*loop)
-		loop = NULL;
-	cfg->event_loop = loop ? parse_loop(loop) : KVD_LOOP_AUTO;
-	if (cfg->event_loop < 0) {
-		fprintf(stderr, "kvd: %s: unknown event loop '%s' (io_uring, epoll or auto)\n",
-			loop_from ? loop_from : "KVD_EVENT_LOOP", loop);
-		return -1;
-	}
-	return 0;
-}
-
 /* The default extent: host pool/32 within 2M..1G; cuda 1G (DESIGN.md). */
 static uint64_t default_extent(const struct kvd *d)
 {
@@ -343,7 +88,8 @@ static int pick_backend(struct kvd *d)
 			kvd_info("backend auto: host (%s)", why);
 	}
 	if (d->cfg.backend == KV_BACKEND_HOST) {
-		if (d->cfg.device_set || d->cfg.export_kind)
+		if (kvd_config_has(&d->cfg, KVD_KEY_DEVICE) ||
+		    d->cfg.export_kind)
 			kvd_warn("--device and --export are for the cuda backend: ignored");
 		d->be = &kvd_host_backend;
 		return 0;
@@ -518,9 +264,9 @@ static void shutdown_all(struct kvd *d)
 }
 
 /*
- * kvd.conf, then the command line on top of it, then defaults. A missing
- * default file is fine (no tenants: one per uid); a missing --config
- * file, or any error in a file, is not.
+ * kvd.conf under the command line: the options given win, the file fills
+ * the rest, then defaults. A missing default file is fine (no tenants:
+ * one per uid); a missing --config file, or any error in a file, is not.
  */
 static int load_conf(struct kvd *d)
 {
@@ -529,76 +275,38 @@ static int load_conf(struct kvd *d)
 	char err[256];
 	int ret = kvd_conf_load(path, &d->conf, err, sizeof(err));
 
-	if (ret == -ENOENT && !d->cfg.conf_path)
+	if (ret && (ret != -ENOENT || d->cfg.conf_path))
+		goto fail;
+	if (!ret) {
+		if (!stat(path, &st) && (st.st_mode & 0004) &&
+		    d->conf.nr_tenants)
+			fprintf(stderr, "kvd: warning: %s holds tenant secrets and is readable by others (chmod 0640)\n",
+				path);
+		d->conf_path = strdup(path);
+		if (!d->conf_path)
+			return -1;
+	}
+	ret = kvd_config_merge(&d->cfg, &d->conf, err, sizeof(err));
+	if (!ret)
 		return 0;
-	if (ret) {
-		fprintf(stderr, "kvd: %s\n", err[0] ? err : strerror(-ret));
-		return -1;
-	}
-	if (!stat(path, &st) && (st.st_mode & 0004) && d->conf.nr_tenants)
-		fprintf(stderr, "kvd: warning: %s holds tenant secrets and is readable by others (chmod 0640)\n",
-			path);
-	d->conf_path = strdup(path);
-	return d->conf_path ? 0 : -1;
+fail:
+	fprintf(stderr, "kvd: %s\n", err[0] ? err : strerror(-ret));
+	return -1;
 }
 
-static void merge_conf(struct kvd *d)
+/* Whom to become after set-up: USER's groups, or USER:GROUP alone. */
+static int set_ids(const struct kvd_user *u)
 {
-	struct kvd_config *cfg = &d->cfg;
-	const struct kvd_conf *f = &d->conf;
-
-	if (!cfg->pool_bytes)
-		cfg->pool_bytes = f->has_pool_bytes ? f->pool_bytes : 1ULL << 30;
-	if (!cfg->backend)
-		cfg->backend = f->has_backend && f->backend ? f->backend :
-			       KVD_BACKEND_AUTO;
-	if (!cfg->device_set && f->has_device)
-		cfg->device = (int)f->device;
-	if (!cfg->export_kind && f->has_export_kind)
-		cfg->export_kind = f->export_kind;
-	if (!cfg->socket_path && f->has_socket)
-		cfg->socket_path = f->socket;
-	if (!cfg->admin_path && f->has_admin_socket)
-		cfg->admin_path = f->admin_socket;
-	if (!cfg->max_clients)
-		cfg->max_clients = f->has_max_clients ? f->max_clients : 256;
-	if (!cfg->max_namespaces)
-		cfg->max_namespaces = f->has_max_namespaces ?
-				      f->max_namespaces : 64;
-	if (!cfg->max_ring_entries)
-		cfg->max_ring_entries = f->has_max_ring_entries ?
-					f->max_ring_entries : KV_MAX_SQ_ENTRIES;
-	if (!cfg->max_client_blocks && f->has_max_client_blocks)
-		cfg->max_client_blocks = f->max_client_blocks;
-	if (!cfg->poll_set)
-		cfg->poll_us = f->has_poll_us ? f->poll_us : 50;
-	cfg->hugepages |= f->has_hugepages && f->hugepages;
-}
-
-/* --user NAME|UID, else kvd.conf's user: whom to become after set-up. */
-static int resolve_user(struct kvd *d, uid_t *uid, gid_t *gid)
-{
-	struct passwd pw, *res = NULL;
-	char buf[4096], *end;
-	unsigned long v;
-
-	if (!d->cfg.user) {
-		*uid = d->conf.user_uid;
-		*gid = d->conf.user_gid;
-		return d->conf.has_user ? 1 : 0;
-	}
-	v = strtoul(d->cfg.user, &end, 10);
-	if (*d->cfg.user && !*end)
-		getpwuid_r((uid_t)v, &pw, buf, sizeof(buf), &res);
-	else
-		getpwnam_r(d->cfg.user, &pw, buf, sizeof(buf), &res);
-	if (!res) {
-		kvd_err("--user: no such user '%s'", d->cfg.user);
+	if (u->group) {
+		if (setgroups(1, &u->gid))
+			return -1;
+	} else if (initgroups(u->name, u->gid)) {
 		return -1;
 	}
-	*uid = pw.pw_uid;
-	*gid = pw.pw_gid;
-	return 1;
+	if (setresgid(u->gid, u->gid, u->gid) ||
+	    setresuid(u->uid, u->uid, u->uid))
+		return -1;
+	return 0;
 }
 
 /*
@@ -607,19 +315,17 @@ static int resolve_user(struct kvd *d, uid_t *uid, gid_t *gid)
  */
 static int drop_privileges(struct kvd *d)
 {
-	uid_t uid;
-	gid_t gid;
-	int ret = resolve_user(d, &uid, &gid);
+	const struct kvd_user *u = &d->cfg.user;
 
-	if (ret <= 0)
-		return ret;
+	if (!kvd_config_has(&d->cfg, KVD_KEY_USER))
+		return 0;
 	if (geteuid() != 0) {
 		kvd_warn("not root: staying uid %u", (unsigned)geteuid());
 		return 0;
 	}
-	if (setgroups(0, NULL) || setresgid(gid, gid, gid) ||
-	    setresuid(uid, uid, uid)) {
-		kvd_err("cannot drop privileges to uid %u: %m", (unsigned)uid);
+	if (set_ids(u)) {
+		kvd_err("cannot drop privileges to uid %u gid %u: %m",
+			(unsigned)u->uid, (unsigned)u->gid);
 		return -1;
 	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
@@ -628,24 +334,22 @@ static int drop_privileges(struct kvd *d)
 		kvd_err("privileges could be regained after dropping them");
 		return -1;
 	}
-	kvd_info("running as uid %u gid %u", (unsigned)uid, (unsigned)gid);
+	kvd_info("running as uid %u gid %u%s", (unsigned)u->uid,
+		 (unsigned)u->gid, u->group ? "" : " and the user's groups");
 	return 0;
 }
 
 /* Socket modes and the admin socket's group, from kvd.conf. */
 static int socket_access(struct kvd *d, const char *sock, const char *admin)
 {
-	mode_t smode = d->conf.has_socket_mode ? d->conf.socket_mode : 0666;
-	mode_t amode = d->conf.has_admin_socket_mode ?
-		       d->conf.admin_socket_mode : 0660;
-
-	if (chmod(sock, smode) || chmod(admin, amode)) {
+	if (chmod(sock, d->cfg.socket_mode) ||
+	    chmod(admin, d->cfg.admin_socket_mode)) {
 		kvd_err("chmod sockets: %m");
 		return -1;
 	}
-	if (d->conf.has_admin_group &&
-	    chown(admin, (uid_t)-1, d->conf.admin_gid)) {
-		kvd_err("chown %s to gid %u: %m", admin, d->conf.admin_gid);
+	if (kvd_config_has(&d->cfg, KVD_KEY_ADMIN_GROUP) &&
+	    chown(admin, (uid_t)-1, d->cfg.admin_gid)) {
+		kvd_err("chown %s to gid %u: %m", admin, d->cfg.admin_gid);
 		return -1;
 	}
 	return 0;
@@ -655,7 +359,7 @@ int main(int argc, char **argv)
 {
 	static struct kvd kvd;
 	struct kvd *d = &kvd;
-	char *sock_path = NULL, *admin_path = NULL;
+	char *sock_path = NULL, *admin_path = NULL, err[256];
 	const char *env;
 	int ret = 1;
 
@@ -663,24 +367,33 @@ int main(int argc, char **argv)
 	d->cfg.hello_timeout_ms = 5000;
 	d->listen_fd = d->admin_fd = d->signal_fd = -1;
 	d->lock_fds[0] = d->lock_fds[1] = -1;
-	if (parse_args(&d->cfg, argc, argv))
+	ret = kvd_config_argv(&d->cfg, argc, argv, err, sizeof(err));
+	if (ret) {
+		if (ret > 0)
+			return 0;	/* --help, --version */
+		fprintf(stderr, "kvd: %s\n", err);
 		return 2;
+	}
 	if (load_conf(d))
 		return 2;
-	merge_conf(d);
+	if (d->cfg.verbose)
+		kvd_log_level = KVD_LOG_DEBUG;
+	if (d->cfg.quiet)
+		kvd_log_level = KVD_LOG_WARN;
+	ret = 1;
 	if (d->conf_path)
 		kvd_info("configuration %s: %u tenants", d->conf_path,
 			 d->conf.nr_tenants);
 
-	sock_path = d->cfg.socket_path ? strdup(d->cfg.socket_path) :
+	sock_path = d->cfg.socket[0] ? strdup(d->cfg.socket) :
 		    default_path("KVD_SOCKET", "kvd.sock");
 	if (!sock_path) {
 		kvd_err("no socket path: pass --socket or set XDG_RUNTIME_DIR");
 		return 2;
 	}
 	env = getenv("KVD_ADMIN_SOCKET");
-	admin_path = d->cfg.admin_path ? strdup(d->cfg.admin_path) :
-		     env && *env && !d->cfg.socket_path ? strdup(env) :
+	admin_path = d->cfg.admin_socket[0] ? strdup(d->cfg.admin_socket) :
+		     env && *env && !d->cfg.socket[0] ? strdup(env) :
 		     admin_beside(sock_path);
 	if (!admin_path || !strcmp(admin_path, sock_path)) {
 		kvd_err("the admin socket must differ from the client socket");
@@ -689,10 +402,6 @@ int main(int argc, char **argv)
 	if (d->cfg.pool_bytes % KV_PAGE_BYTES)
 		kvd_info("pool size rounded down to a multiple of 2 MiB");
 	d->cfg.pool_bytes -= d->cfg.pool_bytes % KV_PAGE_BYTES;
-	if (d->cfg.pool_bytes / KV_PAGE_BYTES > UINT32_MAX) {
-		kvd_err("pool too large");
-		goto out;
-	}
 
 	d->lock_fds[0] = lock_path(sock_path);
 	if (d->lock_fds[0] < 0)

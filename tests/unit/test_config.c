@@ -172,8 +172,10 @@ static void test_config_full_file(void **state)
 	assert_true(c->has_admin_group);
 	assert_int_equal(c->admin_gid, 65534);
 	assert_true(c->has_user);
-	assert_int_equal(c->user_uid, 65534);
-	assert_int_equal(c->user_gid, getpwnam("nobody")->pw_gid);
+	assert_int_equal(c->user.uid, 65534);
+	assert_int_equal(c->user.gid, getpwnam("nobody")->pw_gid);
+	assert_false(c->user.group);
+	assert_string_equal(c->user.name, "nobody");
 	assert_true(c->has_max_clients);
 	assert_int_equal(c->max_clients, 512);
 	assert_true(c->has_max_namespaces);
@@ -306,7 +308,7 @@ static void test_config_values(void **state)
 	assert_false(t->conf.has_device);
 	t_load_ok(t, "backend = auto\nsocket_mode = 0\nadmin_socket_mode = 0770\n");
 	assert_true(t->conf.has_backend);
-	assert_int_equal(t->conf.backend, 0);
+	assert_int_equal(t->conf.backend, KVD_BACKEND_AUTO);
 	assert_true(t->conf.has_socket_mode);
 	assert_int_equal(t->conf.socket_mode, 0);
 	assert_int_equal(t->conf.admin_socket_mode, 0770);
@@ -355,22 +357,22 @@ static void test_config_users_groups(void **state)
 	nobody_gid = getpwnam("nobody")->pw_gid;
 
 	t_load_ok(t, "user = root\nadmin_group = root\n");
-	assert_int_equal(t->conf.user_uid, 0);
-	assert_int_equal(t->conf.user_gid, 0);
+	assert_int_equal(t->conf.user.uid, 0);
+	assert_int_equal(t->conf.user.gid, 0);
 	assert_int_equal(t->conf.admin_gid, 0);
 	t_load_ok(t, "user = 65534\nadmin_group = 4242\n");
-	assert_int_equal(t->conf.user_uid, 65534);
-	assert_int_equal(t->conf.user_gid, nobody_gid);
+	assert_int_equal(t->conf.user.uid, 65534);
+	assert_int_equal(t->conf.user.gid, nobody_gid);
 	assert_int_equal(t->conf.admin_gid, 4242);
 	t_load_ok(t, "user = nobody:root\n");
-	assert_int_equal(t->conf.user_uid, 65534);
-	assert_int_equal(t->conf.user_gid, 0);
+	assert_int_equal(t->conf.user.uid, 65534);
+	assert_int_equal(t->conf.user.gid, 0);
 	t_load_ok(t, "user = 4242:4343\n");
-	assert_int_equal(t->conf.user_uid, 4242);
-	assert_int_equal(t->conf.user_gid, 4343);
+	assert_int_equal(t->conf.user.uid, 4242);
+	assert_int_equal(t->conf.user.gid, 4343);
 	t_load_ok(t, "user = 0:nogroup\n");
-	assert_int_equal(t->conf.user_uid, 0);
-	assert_int_equal(t->conf.user_gid, 65534);
+	assert_int_equal(t->conf.user.uid, 0);
+	assert_int_equal(t->conf.user.gid, 65534);
 	t_load_ok(t, "[tenant a]\nuids = nobody root\ngids = root,nogroup\n"
 		  "secret = 0123456789abcdef\n");
 	assert_int_equal(t->conf.tenants[0].nr_uids, 2);
@@ -418,7 +420,7 @@ static const struct bad_case bad_cases[] = {
 	{ "export = ipc\n", 1, "export: unknown export 'ipc' (vmm or legacy)" },
 	{ "max_ring_entries = 8192\n", 1, "max_ring_entries: '8192' is not a number from 1 to 4096" },
 	{ "max_client_blocks = 0\n", 1, "max_client_blocks: '0' is not a number from 1 to 1073741824" },
-	{ "device = 256\n", 1, "device: '256' is not a number from 0 to 255" },
+	{ "device = 256\n", 1, "device: '256' is not a device ordinal (a number from 0 to 255)" },
 	{ "backend = HOST\n", 1, "backend: unknown backend 'HOST'" },
 	{ "socket = run/kvd.sock\n", 1, "socket: 'run/kvd.sock' is not an absolute path" },
 	{ "admin_socket = \"\"\n", 1, "admin_socket: '' is not an absolute path" },
@@ -831,9 +833,9 @@ static void test_config_example(void **state)
 		    c->has_admin_socket_mode && c->has_admin_group &&
 		    c->has_user && c->has_max_clients &&
 		    c->has_max_namespaces && c->has_hugepages);
-	/* The commented values are the defaults of kvd/main.c. */
+	/* The commented values are the defaults of the key table (config.c). */
 	assert_int_equal(c->pool_bytes, GIB);
-	assert_int_equal(c->backend, 0);
+	assert_int_equal(c->backend, KVD_BACKEND_AUTO);
 	assert_int_equal(c->socket_mode, 0666);
 	assert_int_equal(c->admin_socket_mode, 0660);
 	assert_int_equal(c->max_clients, 256);
