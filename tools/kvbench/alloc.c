@@ -402,4 +402,3 @@ int kvb_alloc_init(struct worker *w)
 		return -ENOMEM;
 	return 0;
 }
-

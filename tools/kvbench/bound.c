@@ -11,7 +11,6 @@
 
 #include "bound.h"
 
-
 /* The offline figures: bound, and with --compare-allocators the sim. */
 int kvb_replay_analyse(const struct kvb_opts *o, struct agg *a)
 {
@@ -49,7 +48,7 @@ static int cmp_event(const void *a, const void *b)
 
 /* The allocators over the schedule the run really had. */
 void kvb_replay_as_run(const struct kvb_opts *o, struct agg *a,
-			  const struct child *ch)
+		       const struct child *ch)
 {
 	struct kvb_event *ev;
 	size_t n = 0, k = 0;
@@ -81,4 +80,3 @@ void kvb_replay_as_run(const struct kvb_opts *o, struct agg *a,
 			strerror(-ret));
 	free(ev);
 }
-

@@ -10,6 +10,6 @@ int kvb_replay_analyse(const struct kvb_opts *o, struct agg *a);
 
 /* The allocators over the schedule the run really had. */
 void kvb_replay_as_run(const struct kvb_opts *o, struct agg *a,
-			  const struct child *ch);
+		       const struct child *ch);
 
 #endif /* KVB_BOUND_H */

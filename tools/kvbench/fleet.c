@@ -40,7 +40,8 @@ static int worker_init(struct worker *w, const struct kvb_opts *o, unsigned idx)
 	w->res_rng = ~w->rng;
 	w->gen_base = splitmix64(o->seed ^ 0x6b76626eULL);
 	w->r.magic = KVB_RESULT_MAGIC;
-	if ((o->mode == KVB_MODE_REPLAY ? kvb_replay_init(w) : kvb_alloc_init(w))) {
+	if (o->mode == KVB_MODE_REPLAY ? kvb_replay_init(w) :
+	    kvb_alloc_init(w)) {
 		fprintf(stderr, "kvbench: proc %u: out of memory\n", idx);
 		return -ENOMEM;
 	}
@@ -120,7 +121,8 @@ child_main(const struct kvb_opts *o, unsigned idx, int go_fd, int out_fd)
 		_exit(1);
 	w.r.t_start_ns = w.t_go = now_ns();
 	w.r.syscalls = kv_syscalls(w.c);
-	ret = o->mode == KVB_MODE_REPLAY ? kvb_replay_run(&w) : kvb_alloc_run(&w);
+	ret = o->mode == KVB_MODE_REPLAY ? kvb_replay_run(&w) :
+					  kvb_alloc_run(&w);
 	w.r.t_end_ns = now_ns();
 	w.r.syscalls = kv_syscalls(w.c) - w.r.syscalls;
 	if (ret && o->sh && !w.stopped)
@@ -349,7 +351,7 @@ static bool perf_begin(const struct kvb_opts *o, struct agg *a,
  * Returns 0 when all ran fine, 1 when one failed, -1 when none started.
  */
 int kvb_run_children(const struct kvb_opts *o, struct child *ch,
-			struct agg *a)
+		     struct agg *a)
 {
 	unsigned started = 0, ready = 0;
 	struct bench_perf perf;
@@ -400,4 +402,3 @@ const char *kvb_proc_status(const struct child *ch)
 	return ch->r.bad_blocks || child_failure(ch, why, sizeof(why)) ?
 	       "FAIL" : "ok";
 }
-

@@ -14,7 +14,7 @@
  * Returns 0 when all ran fine, 1 when one failed, -1 when none started.
  */
 int kvb_run_children(const struct kvb_opts *o, struct child *ch,
-			struct agg *a);
+		     struct agg *a);
 
 /* "ok", or "FAIL" for a process that failed or had a block not verify. */
 const char *kvb_proc_status(const struct child *ch);

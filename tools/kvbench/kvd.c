@@ -323,4 +323,3 @@ int kvb_connect(const struct kvb_opts *o, unsigned model,
 			err[0] ? ": " : "", strerror(-ret));
 	return ret;
 }
-

@@ -4,6 +4,16 @@
  * (tools/trace.c) or makes the request stream, sizes the rings from its
  * longest request, maps what the processes share, and splits the stream
  * into the models' phases; run.c runs the fleet, replay.c is one process.
+ *
+ * With --models N (N >= 2) the processes serve N models, process i model
+ * i % N, each model a namespace of its own geometry (model k: k + 1
+ * times --layers), and every model replays the whole stream, in phases
+ * of --phase-requests requests that take turns: model 0 replays its
+ * first phase while the others idle, then model 1 its first, ..., then
+ * model 0 its second. A model's processes close all their requests at
+ * the end of its phase, so what it keeps is cached blocks, which kvd may
+ * reclaim for the busy model (elastic sharing). Meanwhile the parent
+ * samples kvd's admin socket every --sample-ms (series.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +24,6 @@
 
 #include "modes.h"
 #include "run.h"
-
-
 
 static uint64_t random_salt(void)
 {

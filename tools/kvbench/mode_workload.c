@@ -479,7 +479,8 @@ int kvb_mode_workload(struct kvb_opts *o)
 	int ret = 1;
 
 	if (wl_block_tokens(o->mode_arg, &bt) ||
-	    kvb_trace_load(&tr, o->mode_arg, 0, bt) || tr.kind != KVB_TRACE_TOKENS) {
+	    kvb_trace_load(&tr, o->mode_arg, 0, bt) ||
+	    tr.kind != KVB_TRACE_TOKENS) {
 		if (tr.reqs && tr.kind != KVB_TRACE_TOKENS)
 			fprintf(stderr, "kvbench: --workload takes a kvdtrc file\n");
 		kvb_trace_free(&tr);

@@ -627,4 +627,3 @@ int kvb_replay_init(struct worker *w)
 		return -ENOMEM;
 	return 0;
 }
-

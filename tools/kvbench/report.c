@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../emit.h"
 #include "fleet.h"
 #include "report.h"
 #include "report_replay.h"
@@ -59,7 +60,7 @@ static void sum_result(struct kvb_result *s, const struct kvb_result *r)
 
 /* Sum counts, merge and sort samples (each process's sorted too). */
 int kvb_aggregate(struct agg *a, struct child *ch, unsigned n,
-		     unsigned models)
+		  unsigned models)
 {
 	for (int k = 0; k < KVB_NR_OPS; k++) {
 		uint64_t total = 0;
@@ -286,9 +287,9 @@ static void emit_procs(struct kv_emit *e, const struct child *ch, unsigned n)
 	kv_emit_table_end(e);
 }
 
-/* With --models, a model column after pid. */
+/* Mode, configuration, results, latency, pool, then one row per process. */
 void kvb_report(FILE *f, bool json, const struct kvb_opts *o,
-		   const struct agg *a, const struct child *ch, bool ok)
+		const struct agg *a, const struct child *ch, bool ok)
 {
 	struct kv_emit e;
 	char mode[32];
@@ -337,7 +338,7 @@ void kvb_report(FILE *f, bool json, const struct kvb_opts *o,
 }
 
 int kvb_write_json(const struct kvb_opts *o, FILE *f, const struct agg *a,
-		      const struct child *ch, bool ok)
+		   const struct child *ch, bool ok)
 {
 	kvb_report(f, true, o, a, ch, ok);
 	if (ferror(f) | fclose(f)) {
@@ -347,4 +348,3 @@ int kvb_write_json(const struct kvb_opts *o, FILE *f, const struct agg *a,
 	}
 	return 0;
 }
-

@@ -12,6 +12,7 @@
 #include "fleet.h"
 #include "report_replay.h"
 
+/* With --models, a model column after pid. */
 static const struct kv_emit_col replay_model_col = { "model", "model", 5 };
 
 static const struct kv_emit_col replay_cols[] = {
@@ -29,8 +30,9 @@ static const struct kv_emit_col replay_cols[] = {
 	{ "status",		"status",	6 },
 };
 
+/* The model and its geometry: the load's config and the replay's. */
 void kvb_emit_geometry(struct kv_emit *e, const struct kvb_opts *o,
-			  const struct agg *a)
+		       const struct agg *a)
 {
 	kv_emit_str(e, "model", "model", o->model);
 	kv_emit_u64(e, "layers", "layers", o->geom.layers);
@@ -45,8 +47,9 @@ void kvb_emit_geometry(struct kv_emit *e, const struct kvb_opts *o,
 		    (uint64_t)a->info[0].max_blocks * o->geom.block_tokens);
 }
 
+/* One row per process; with --models, its model after pid. */
 void kvb_emit_replay_procs(struct kv_emit *e, const struct kvb_opts *o,
-			      const struct child *ch, unsigned n)
+			   const struct child *ch, unsigned n)
 {
 	struct kv_emit_col cols[sizeof(replay_cols) / sizeof(replay_cols[0]) + 1];
 	int nc = 0;
@@ -91,7 +94,7 @@ void kvb_emit_replay_procs(struct kv_emit *e, const struct kvb_opts *o,
 }
 
 void kvb_emit_replay_config(struct kv_emit *e, const struct kvb_opts *o,
-			       const struct agg *a)
+			    const struct agg *a)
 {
 	const struct kvb_trace *tr = o->tr;
 	char salt[24];
@@ -163,7 +166,7 @@ static uint64_t kvd_delta(const struct kvb_opts *o, const struct agg *a,
 }
 
 void kvb_emit_replay_results(struct kv_emit *e, const struct kvb_opts *o,
-				const struct agg *a)
+			     const struct agg *a)
 {
 	const struct kvb_result *s = &a->sum;
 	const struct kvb_bound *b = &a->bound;
@@ -219,7 +222,7 @@ void kvb_emit_bound(struct kv_emit *e, const struct agg *a)
 }
 
 void kvb_emit_memory(struct kv_emit *e, const struct kvb_opts *o,
-			const struct agg *a)
+		     const struct agg *a)
 {
 	const struct kvb_result *s = &a->sum;
 	uint64_t slots = s->peak_used * o->geom.block_tokens;
@@ -257,7 +260,7 @@ static void emit_sim(struct kv_emit *e, const char *key, const char *label,
 }
 
 void kvb_emit_allocators(struct kv_emit *e, const struct kvb_opts *o,
-			    const struct agg *a)
+			 const struct agg *a)
 {
 	const struct kvb_alloc_sim *m = a->have_run ? &a->run : &a->sim;
 	uint64_t tb = a->info[0].block_bytes / o->geom.block_tokens;
@@ -285,4 +288,3 @@ void kvb_emit_allocators(struct kv_emit *e, const struct kvb_opts *o,
 		    ratio(kvd, m->shared_slots * tb));
 	kv_emit_obj_end(e);
 }
-

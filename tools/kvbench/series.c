@@ -19,7 +19,7 @@
  * of struct kv_admin_ns records after it (-errno on failure).
  */
 int kvb_admin_status(const struct kvb_opts *o, struct agg *a,
-			struct kv_admin_status *st)
+		     struct kv_admin_status *st)
 {
 	ssize_t n = kv_admin_call(o->admin_path, KV_ADMIN_STATUS, 0, 0, a->reply);
 
@@ -97,7 +97,7 @@ static bool series_room(struct kvb_series *ts, unsigned models)
  * counts so far from the shared books. 0 or -errno.
  */
 int kvb_sample_take(const struct kvb_opts *o, struct agg *a,
-		       struct kv_admin_status *out)
+		    struct kv_admin_status *out)
 {
 	struct kvb_series *ts = &a->ts;
 	struct kv_admin_status st;
@@ -210,7 +210,7 @@ static void series_cols_init(struct series_cols *c, unsigned models)
  * use, cached blocks and its hit ratio so far (blocks).
  */
 void kvb_emit_series(struct kv_emit *e, const struct kvb_opts *o,
-			const struct agg *a)
+		     const struct agg *a)
 {
 	const struct kvb_series *ts = &a->ts;
 	struct series_cols c;
@@ -294,7 +294,7 @@ static void ns_pages(const struct kvb_opts *o, const struct agg *a, unsigned m,
 
 /* The per-namespace summary of the run. */
 void kvb_emit_namespaces(struct kv_emit *e, const struct kvb_opts *o,
-			    const struct agg *a)
+			 const struct agg *a)
 {
 	double bound = ratio(a->bound.hits, a->bound.refs);
 	char mdl[16];
@@ -331,4 +331,3 @@ void kvb_emit_namespaces(struct kv_emit *e, const struct kvb_opts *o,
 	kv_emit_table_end(e);
 	kv_emit_obj_end(e);
 }
-

@@ -11,7 +11,7 @@
  * of struct kv_admin_ns records after it (-errno on failure).
  */
 int kvb_admin_status(const struct kvb_opts *o, struct agg *a,
-			struct kv_admin_status *st);
+		     struct kv_admin_status *st);
 
 void kvb_series_free(struct kvb_series *ts);
 
@@ -21,7 +21,7 @@ void kvb_series_free(struct kvb_series *ts);
  * counts so far from the shared books. 0 or -errno.
  */
 int kvb_sample_take(const struct kvb_opts *o, struct agg *a,
-		       struct kv_admin_status *out);
+		    struct kv_admin_status *out);
 
 /*
  * Before the run (monitors connected, nothing started): the first point
@@ -38,10 +38,10 @@ void kvb_series_end(const struct kvb_opts *o, struct agg *a);
  * use, cached blocks and its hit ratio so far (blocks).
  */
 void kvb_emit_series(struct kv_emit *e, const struct kvb_opts *o,
-			const struct agg *a);
+		     const struct agg *a);
 
 /* The per-namespace summary of the run. */
 void kvb_emit_namespaces(struct kv_emit *e, const struct kvb_opts *o,
-			    const struct agg *a);
+			 const struct agg *a);
 
 #endif /* KVB_SERIES_H */
