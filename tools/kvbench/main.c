@@ -24,44 +24,37 @@
 
 static const struct kvb_mode_def kvb_modes[KVB_NR_MODES] = {
 	[KVB_MODE_ALLOC] = {
-		.name	= NULL,
-		.what	= "the alloc/release benchmark",
+		.name	= "the alloc/release benchmark",
 		.opts	= OG_ENGINE | KVB_OG_LOAD,
 		.run	= kvb_mode_load,
 	},
 	[KVB_MODE_REPLAY] = {
-		.name	= "--trace",
-		.what	= "a replay",
+		.name	= "a replay",
 		.opts	= OG_ENGINE | KVB_OG_ADMIN | KVB_OG_REPLAY,
 		.run	= kvb_mode_replay,
 	},
 	[KVB_MODE_WORKLOAD] = {
 		.name	= "--workload",
-		.what	= "--workload",
 		.opts	= OG_ON_KVD | KVB_OG_RUNS,
 		.run	= kvb_mode_workload,
 	},
 	[KVB_MODE_FLOOR] = {
 		.name	= "--floor",
-		.what	= "--floor",
 		.opts	= OG_ON_KVD | KVB_OG_ITERS,
 		.run	= kvb_mode_floor,
 	},
 	[KVB_MODE_HASH] = {
 		.name	= "--hash-bench",
-		.what	= "--hash-bench",
 		.opts	= KVB_OG_JSON,
 		.run	= kvb_mode_hash,
 	},
 	[KVB_MODE_REDIS] = {
 		.name	= "--redis",
-		.what	= "--redis",
 		.opts	= OG_ON_KVD | KVB_OG_ITERS,
 		.run	= kvb_mode_redis,
 	},
 	[KVB_MODE_SUMMARY] = {
-		.name	= "--bench-summary",
-		.what	= "--bench-summary (it reads JSON, it writes none)",
+		.name	= "--bench-summary (it reads JSON, it writes none)",
 		.opts	= 0,
 		.run	= kvb_mode_summary,
 	},

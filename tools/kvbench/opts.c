@@ -259,13 +259,9 @@ static const struct kvb_optdef *optdef(int val)
 }
 
 /* The mode-selecting options: one mode per run (it may repeat). */
-static int set_mode(struct kvb_opts *o, enum kvb_mode m, const char *arg)
+static int set_mode(struct kvb_opts *o, enum kvb_mode m, const char *name,
+		    const char *arg)
 {
-	const char *name = optdef(m == KVB_MODE_REPLAY ?
-				  (o->synthetic && !o->trace_path ?
-				   OPT_SYNTHETIC : OPT_TRACE) :
-				  OPT_MODE + (int)m)->name;
-
 	if (o->mode_opt && o->mode != m) {
 		fprintf(stderr, "kvbench: --%s and --%s: one mode at a time\n",
 			o->mode_opt, name);
@@ -281,7 +277,8 @@ static int set_mode(struct kvb_opts *o, enum kvb_mode m, const char *arg)
 static int parse_one(struct kvb_opts *o, int opt, const char *arg)
 {
 	if (opt >= OPT_MODE && opt < OPT_MODE + KVB_NR_MODES)
-		return set_mode(o, (enum kvb_mode)(opt - OPT_MODE), arg);
+		return set_mode(o, (enum kvb_mode)(opt - OPT_MODE),
+				optdef(opt)->name, arg);
 	switch (opt) {
 	case 's':
 		o->socket = arg;
@@ -340,10 +337,10 @@ static int parse_one(struct kvb_opts *o, int opt, const char *arg)
 			return -1;
 		}
 		o->trace_path = arg;
-		return set_mode(o, KVB_MODE_REPLAY, NULL);
+		return set_mode(o, KVB_MODE_REPLAY, "trace", NULL);
 	case OPT_SYNTHETIC:
 		o->synthetic = true;
-		return set_mode(o, KVB_MODE_REPLAY, NULL);
+		return set_mode(o, KVB_MODE_REPLAY, "synthetic", NULL);
 	case OPT_TRACE_BLOCK:
 		return parse_uint("--trace-block", arg, 1, 65536,
 				  &o->trace_block);
@@ -615,7 +612,7 @@ static int check_groups(const struct kvb_opts *o,
 		else if (given[g]->val == 'n')
 			hint = " (round trips: --iterations N)";
 		fprintf(stderr, "kvbench: --%s goes with %s, not with %s%s\n",
-			given[g]->name, og_home[g], md->what, hint);
+			given[g]->name, og_home[g], md->name, hint);
 		return -1;
 	}
 	return 0;

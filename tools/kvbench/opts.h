@@ -58,10 +58,9 @@ enum {
 
 struct kvb_opts;
 
-/* One mode: how the user names it, what it takes, what runs it. */
+/* One mode: its name in messages, what it takes, what runs it. */
 struct kvb_mode_def {
-	const char	*name;		/* the option that selects it */
-	const char	*what;		/* for messages */
+	const char	*name;
 	unsigned	opts;		/* KVB_OG_* it takes */
 	int		(*run)(struct kvb_opts *o);	/* exit status */
 };
