@@ -67,7 +67,7 @@ $(DEPS_STAMP): scripts/install-deps.sh
 	$(Q)sh scripts/install-deps.sh
 	@touch $@
 
-$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h tests/integration/*.h kernels/*.h libkvclient/*.h)
+$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h tools/kvbench/*.h tests/integration/*.h kernels/*.h libkvclient/*.h)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
 	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels $(CFLAGS) -c -o $@ $<
@@ -94,9 +94,9 @@ $(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o $(O)/obj/tools/admin.o
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^
 
-# kvbench's benchmarks (--workload, --floor, ...) are tools/bench_*.c.
-KVBENCH_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,tools/kvbench.c tools/emit.c $(wildcard tools/trace*.c) \
-		   tools/admin.c $(wildcard tools/bench_*.c))
+# kvbench: tools/kvbench/, one file per mode (mode_*.c) and its helpers.
+KVBENCH_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard tools/kvbench/*.c) tools/emit.c \
+		   $(wildcard tools/trace*.c) tools/admin.c)
 
 $(O)/kvbench: $(KVBENCH_OBJS) $(LIB)
 	@echo "  LD      $@"
@@ -200,7 +200,7 @@ man-check: $(LIB)
 # The tree must also build warning-free under clang.
 clang-check: $(DEPS_STAMP)
 	@echo "  CLANG   -fsyntax-only $(words $(KVD_SRCS) $(LIB_SRCS)) files + tools + tests"
-	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) $(wildcard kernels/*.c) tools/*.c tests/unit/*.c tests/integration/*.c; do \
+	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) $(wildcard kernels/*.c) tools/*.c tools/kvbench/*.c tests/unit/*.c tests/integration/*.c; do \
 		clang $(BASE_CFLAGS) -Ikvd -Ikernels -fsyntax-only $$f || exit 1; done
 
 # The whole suite again under AddressSanitizer and UBSan, in build-check/.

@@ -22,7 +22,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench_common.h"
+#include "../emit.h"
+#include "kvd.h"
+#include "lat.h"
+#include "modes.h"
 
 #define BR_PREFIXES		64U
 #define BR_BLOCKS		32U	/* per prefix: one lookup */
@@ -382,7 +385,7 @@ static int br_time_kvd(struct kv_client *c, const struct kv_hash *h,
 	return 0;
 }
 
-static int br_kvd(const struct bench_opts *o, const struct kv_hash *h,
+static int br_kvd(const struct kvb_opts *o, const struct kv_hash *h,
 		  kv_block_t *ids, struct bench_lat *lat)
 {
 	struct bench_kvd k = { 0 };
@@ -437,7 +440,7 @@ static void br_emit(struct kv_emit *e, const struct bench_lat *lat,
 	kv_emit_obj_end(e);
 }
 
-static int br_report(const struct bench_opts *o, const struct bench_lat *lat,
+static int br_report(const struct kvb_opts *o, const struct bench_lat *lat,
 		     const char *skipped)
 {
 	struct kv_emit e;
@@ -451,18 +454,18 @@ static int br_report(const struct bench_opts *o, const struct bench_lat *lat,
 	}
 	if (!o->json_path)
 		return 0;
-	json = bench_json_open(o);
+	json = kvb_json_open(o->json_path);
 	if (json) {
 		kv_emit_begin(&e, json, true);
 		br_emit(&e, lat, skipped);
 		kv_emit_end(&e);
 	}
-	if (!json || bench_json_close(o, json))
+	if (!json || kvb_json_close(o->json_path, json))
 		ret = 1;
 	return ret;
 }
 
-int bench_redis(const struct bench_opts *o)
+int kvb_mode_redis(struct kvb_opts *o)
 {
 	static struct kv_hash h[BR_PREFIXES * BR_BLOCKS];
 	static kv_block_t ids[BR_PREFIXES * BR_BLOCKS];

@@ -16,7 +16,9 @@
 #include <unistd.h>
 #include <json-c/json.h>
 
-#include "bench_common.h"
+#include "../emit.h"
+#include "lat.h"
+#include "modes.h"
 
 /* The goals of the project's performance issue (README, Benchmarks). */
 #define GOAL_NOP_VS_SPIN	2.0
@@ -28,53 +30,6 @@
 struct sum_files {
 	struct json_object *floor, *hash, *workload, *redis, *batch, *seq;
 };
-
-static struct json_object *sum_load(const char *dir, const char *name)
-{
-	char path[4096];
-
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	if (access(path, R_OK))
-		return NULL;
-	return json_object_from_file(path);
-}
-
-/* The number at @path ("a.b.c") under @o, or NAN. */
-static double sum_num(struct json_object *o, const char *path)
-{
-	char key[64];
-	const char *dot;
-
-	while (o && *path) {
-		dot = strchrnul(path, '.');
-		snprintf(key, sizeof(key), "%.*s", (int)(dot - path), path);
-		if (!json_object_object_get_ex(o, key, &o))
-			return NAN;
-		path = *dot ? dot + 1 : dot;
-	}
-	if (!o || (!json_object_is_type(o, json_type_double) &&
-		   !json_object_is_type(o, json_type_int)))
-		return NAN;
-	return json_object_get_double(o);
-}
-
-/* Field @field of the row named @name in the "rows" table under @o. */
-static double sum_row(struct json_object *o, const char *name,
-		      const char *field)
-{
-	struct json_object *rows, *row, *n;
-
-	if (!o || !json_object_object_get_ex(o, "rows", &rows) ||
-	    !json_object_is_type(rows, json_type_array))
-		return NAN;
-	for (size_t i = 0; i < json_object_array_length(rows); i++) {
-		row = json_object_array_get_idx(rows, i);
-		if (json_object_object_get_ex(row, "name", &n) &&
-		    !strcmp(json_object_get_string(n), name))
-			return sum_num(row, field);
-	}
-	return NAN;
-}
 
 static const struct kv_emit_col sum_cols[] = {
 	{ "metric", "metric", -44 }, { "value", "value", -16 },
@@ -134,8 +89,8 @@ static void sum_vs_floor(struct kv_emit *e, struct json_object *fl,
 			 const char *floor_row, const char *floor_name,
 			 double goal)
 {
-	double v = sum_row(fl, row, "p50_ns");
-	double f = sum_row(fl, floor_row, "p50_ns");
+	double v = kvb_json_row(fl, row, "p50_ns");
+	double f = kvb_json_row(fl, floor_row, "p50_ns");
 	char value[32], ratio[48], g[32];
 
 	fmt_ns(value, sizeof(value), v);
@@ -148,9 +103,9 @@ static void sum_vs_floor(struct kv_emit *e, struct json_object *fl,
 static void sum_workload(struct kv_emit *e, struct json_object *w)
 {
 	char value[32], ratio[48];
-	double rps = sum_num(w, "median.req_per_s");
-	double hit = sum_num(w, "median.hit_token_frac");
-	double bops = sum_num(w, "median.block_ops_per_s");
+	double rps = kvb_json_num(w, "median.req_per_s");
+	double hit = kvb_json_num(w, "median.hit_token_frac");
+	double bops = kvb_json_num(w, "median.block_ops_per_s");
 
 	fmt_rate(value, sizeof(value), rps, "req/s");
 	snprintf(ratio, sizeof(ratio), isnan(hit) ? "-" : "hit tokens %.3f",
@@ -177,8 +132,8 @@ static void sum_redis(struct kv_emit *e, struct json_object *r)
 		return;
 	}
 	red = r && json_object_object_get_ex(r, "redis", &red) ? red : NULL;
-	look = sum_row(red, "lookup", "p50_ns");
-	ratio_v = sum_num(red, "ratio");
+	look = kvb_json_row(red, "lookup", "p50_ns");
+	ratio_v = kvb_json_num(red, "ratio");
 	fmt_ns(value, sizeof(value), look);
 	fmt_ratio(ratio, sizeof(ratio), ratio_v, "redis/kvd");
 	sum_row_emit(e, "32-block LOOKUP p50 vs redis MGET", value, ratio, g,
@@ -193,8 +148,8 @@ static void sum_redis(struct kv_emit *e, struct json_object *r)
 static void sum_batch(struct kv_emit *e, struct json_object *b,
 		      const char *metric)
 {
-	double all = sum_num(b, "kvbench.results.blocks_per_s");
-	double serve = sum_num(b, "kvbench.results.serve_blocks_per_s");
+	double all = kvb_json_num(b, "kvbench.results.blocks_per_s");
+	double serve = kvb_json_num(b, "kvbench.results.serve_blocks_per_s");
 	double v = isnan(serve) ? all : serve;
 	char value[32], ratio[64], g[32], rate[32];
 
@@ -214,9 +169,9 @@ static void sum_batch(struct kv_emit *e, struct json_object *b,
 static void sum_syscalls(struct kv_emit *e, struct json_object *b,
 			 const char *metric)
 {
-	double cl = sum_num(b, "kvbench.results.syscalls_per_op");
-	double kvd = sum_num(b, "kvbench.results.kvd_syscalls_per_op");
-	double pf = sum_num(b, "kvbench.results.kvd_page_faults_per_op");
+	double cl = kvb_json_num(b, "kvbench.results.syscalls_per_op");
+	double kvd = kvb_json_num(b, "kvbench.results.kvd_syscalls_per_op");
+	double pf = kvb_json_num(b, "kvbench.results.kvd_page_faults_per_op");
 	char value[48], ratio[48];
 
 	if (isnan(cl))
@@ -237,8 +192,8 @@ static void sum_hash_row(struct kv_emit *e, struct json_object *hash,
 			 const char *kv_row, const char *bare_row,
 			 const char *bare_name, const char *metric)
 {
-	double kv = sum_row(hash, kv_row, "gb_per_s");
-	double bare = sum_row(hash, bare_row, "gb_per_s");
+	double kv = kvb_json_row(hash, kv_row, "gb_per_s");
+	double bare = kvb_json_row(hash, bare_row, "gb_per_s");
 	char value[32], ratio[48];
 
 	if (isnan(kv))
@@ -261,23 +216,23 @@ static void sum_hash(struct kv_emit *e, struct json_object *h)
 		     "kv_hash_blocks SHA-256 (token bytes)");
 }
 
-int bench_summary(const struct bench_opts *o)
+int kvb_mode_summary(struct kvb_opts *o)
 {
 	struct json_object *fl = NULL;
 	struct sum_files f = {
-		.floor = sum_load(o->arg, "bench-floor.json"),
-		.hash = sum_load(o->arg, "bench-hash.json"),
-		.workload = sum_load(o->arg, "bench-workload.json"),
-		.redis = sum_load(o->arg, "bench-redis.json"),
-		.batch = sum_load(o->arg, "bench-batch.json"),
-		.seq = sum_load(o->arg, "bench-seq.json"),
+		.floor = kvb_json_load(o->mode_arg, "bench-floor.json"),
+		.hash = kvb_json_load(o->mode_arg, "bench-hash.json"),
+		.workload = kvb_json_load(o->mode_arg, "bench-workload.json"),
+		.redis = kvb_json_load(o->mode_arg, "bench-redis.json"),
+		.batch = kvb_json_load(o->mode_arg, "bench-batch.json"),
+		.seq = kvb_json_load(o->mode_arg, "bench-seq.json"),
 	};
 	struct kv_emit e;
 
 	if (!f.floor && !f.hash && !f.workload && !f.redis && !f.batch &&
 	    !f.seq) {
 		fprintf(stderr, "kvbench: --bench-summary %s: no bench-*.json report there (make bench writes them)\n",
-			o->arg);
+			o->mode_arg);
 		return 1;
 	}
 	if (f.floor)

@@ -21,7 +21,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "bench_common.h"
+#include "kvd.h"
+#include "perf.h"
 
 #define BP_EVENTS	"raw_syscalls:sys_enter,page-faults,context-switches"
 #define BP_ACK_MS	5000

@@ -33,7 +33,10 @@
 
 #include <kv/barrier.h>
 
-#include "bench_common.h"
+#include "../emit.h"
+#include "kvd.h"
+#include "lat.h"
+#include "modes.h"
 
 #define FL_WARMUP		1000U
 #define FL_IDLE_ITERS		100U
@@ -44,7 +47,7 @@
  * others for a whole time slice and measures the scheduler instead.
  */
 #define FL_SPINS_BEFORE_YIELD	(1U << 16)
-#define FL_PHASE_NS		(5 * BENCH_NSEC_PER_SEC)	/* per figure */
+#define FL_PHASE_NS		(5 * KVB_NSEC_PER_SEC)	/* per figure */
 #define FL_STOP			UINT64_MAX
 
 /* One 64-byte message on its own cache line; seq publishes it. */
@@ -343,7 +346,7 @@ static int fl_kvd_trips(struct kv_client *c, unsigned iters,
 	return 0;
 }
 
-static int fl_kvd(const struct bench_opts *o, unsigned iters,
+static int fl_kvd(const struct kvb_opts *o, unsigned iters,
 		  struct bench_lat *lat)
 {
 	struct bench_kvd k = { 0 };
@@ -416,7 +419,7 @@ static int fl_lat_init(struct bench_lat *lat, unsigned iters)
 	return 0;
 }
 
-int bench_floor(const struct bench_opts *o)
+int kvb_mode_floor(struct kvb_opts *o)
 {
 	struct bench_lat lat[FL_NR] = { 0 };
 	struct kv_emit e;
@@ -443,13 +446,13 @@ int bench_floor(const struct bench_opts *o)
 	ret = 0;
 	if (!o->json_path)
 		goto out;
-	json = bench_json_open(o);
+	json = kvb_json_open(o->json_path);
 	if (json) {
 		kv_emit_begin(&e, json, true);
 		fl_emit(&e, lat, o->iters, timer);
 		kv_emit_end(&e);
 	}
-	if (!json || bench_json_close(o, json))
+	if (!json || kvb_json_close(o->json_path, json))
 		ret = 1;
 out:
 	for (int k = 0; k < FL_NR; k++)

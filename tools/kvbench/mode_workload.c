@@ -23,8 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench_common.h"
-#include "trace.h"
+#include "../emit.h"
+#include "../trace.h"
+#include "kvd.h"
+#include "lat.h"
+#include "modes.h"
 
 #define WL_POOL_BLOCKS		16384U
 #define WL_LIVE			32U
@@ -303,7 +306,7 @@ out:
 }
 
 /* One run on an empty cache: a fresh private kvd, or an evicted one. */
-static int wl_run_one(const struct bench_opts *o, const struct kvb_trace *tr,
+static int wl_run_one(const struct kvb_opts *o, const struct kvb_trace *tr,
 		      unsigned bt, const char *admin, struct wl_run *run)
 {
 	struct kv_geometry g = bench_small_geom();
@@ -341,7 +344,7 @@ out_stop:
 
 static void wl_median(struct wl_run *runs, unsigned n, struct wl_median *m)
 {
-	double v[BENCH_MAX_RUNS];
+	double v[KVB_MAX_RUNS];
 	unsigned r;
 
 #define WL_MED(expr, dst) do {				\
@@ -409,7 +412,7 @@ static void wl_emit_row(struct kv_emit *e, const char *name, double rps,
 	kv_emit_row_end(e);
 }
 
-static void wl_report(const struct bench_opts *o, const struct kvb_trace *tr,
+static void wl_report(const struct kvb_opts *o, const struct kvb_trace *tr,
 		      struct wl_run *runs, const struct wl_median *m)
 {
 	struct kv_emit e;
@@ -417,7 +420,7 @@ static void wl_report(const struct bench_opts *o, const struct kvb_trace *tr,
 
 	kv_emit_begin(&e, stdout, false);
 	kv_emit_obj_begin(&e, "workload", "workload");
-	kv_emit_str(&e, "trace", "trace", o->arg);
+	kv_emit_str(&e, "trace", "trace", o->mode_arg);
 	kv_emit_u64(&e, "requests", "requests", tr->nr);
 	kv_emit_u64(&e, "pool_blocks", "pool blocks", runs[0].pool_blocks);
 	kv_emit_u64(&e, "live", "live requests", WL_LIVE);
@@ -465,7 +468,7 @@ static void wl_report(const struct bench_opts *o, const struct kvb_trace *tr,
 	printf("block ops = hashes looked up + blocks allocated + blocks released\n");
 }
 
-int bench_workload(const struct bench_opts *o)
+int kvb_mode_workload(struct kvb_opts *o)
 {
 	struct kvb_trace tr = { 0 };
 	struct wl_run *runs = NULL;
@@ -475,8 +478,9 @@ int bench_workload(const struct bench_opts *o)
 	FILE *json;
 	int ret = 1;
 
-	if (wl_block_tokens(o->arg, &bt) ||
-	    kvb_trace_load(&tr, o->arg, 0, bt) || tr.kind != KVB_TRACE_TOKENS) {
+	if (wl_block_tokens(o->mode_arg, &bt) ||
+	    kvb_trace_load(&tr, o->mode_arg, 0, bt) ||
+	    tr.kind != KVB_TRACE_TOKENS) {
 		if (tr.reqs && tr.kind != KVB_TRACE_TOKENS)
 			fprintf(stderr, "kvbench: --workload takes a kvdtrc file\n");
 		kvb_trace_free(&tr);
@@ -501,10 +505,10 @@ int bench_workload(const struct bench_opts *o)
 	ret = 0;
 	if (!o->json_path)
 		goto out;
-	json = bench_json_open(o);
+	json = kvb_json_open(o->json_path);
 	if (json)
 		wl_emit_json(json, &m);
-	if (!json || bench_json_close(o, json))
+	if (!json || kvb_json_close(o->json_path, json))
 		ret = 1;
 out:
 	for (r = 0; runs && r < o->runs; r++)

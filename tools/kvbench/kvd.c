@@ -18,8 +18,8 @@
 
 #include <kv/abi.h>
 
-#include "admin.h"
-#include "bench_common.h"
+#include "../admin.h"
+#include "kvd.h"
 
 #define BENCH_KVD_START_MS	10000
 #define BENCH_KVD_STOP_MS	5000
@@ -276,7 +276,7 @@ int bench_connect(const char *sock, const char *model,
 	return 0;
 }
 
-int bench_open(const struct bench_opts *o, const char *pool_size,
+int bench_open(const struct kvb_opts *o, const char *pool_size,
 	       const char *model, struct bench_kvd *k, struct kv_client **c)
 {
 	struct kv_geometry g = bench_small_geom();
@@ -294,10 +294,32 @@ int bench_open(const struct bench_opts *o, const char *pool_size,
 	return -1;
 }
 
-void bench_close(const struct bench_opts *o, struct bench_kvd *k,
+void bench_close(const struct kvb_opts *o, struct bench_kvd *k,
 		 struct kv_client *c)
 {
 	kv_disconnect(c);
 	if (!o->socket)
 		bench_kvd_stop(k);
+}
+
+int kvb_connect(const struct kvb_opts *o, unsigned model,
+		struct kv_client **c, const char *who)
+{
+	struct kv_connect_params p = {
+		.socket_path = o->socket,
+		.model_id = o->mdl[model].id,
+		.geom = o->mdl[model].geom,
+		.sq_entries = o->sq_entries,
+		.data_bytes = o->data_bytes,
+	};
+	char err[256] = "";
+	int ret;
+
+	p.errbuf = err;
+	p.errbuf_len = sizeof(err);
+	ret = kv_connect(&p, c);
+	if (ret)
+		fprintf(stderr, "kvbench: %s: %s%s%s\n", who, err,
+			err[0] ? ": " : "", strerror(-ret));
+	return ret;
 }

@@ -15,7 +15,9 @@
 #include <openssl/evp.h>
 #include <xxhash.h>
 
-#include "bench_common.h"
+#include "../emit.h"
+#include "lat.h"
+#include "modes.h"
 
 #define HB_BLOCK_TOKENS		16U
 #define HB_BLOCKS		(1U << 20)
@@ -178,7 +180,7 @@ static void hb_exit(struct hb_ctx *h)
 	free(h->out);
 }
 
-int bench_hash(const struct bench_opts *o)
+int kvb_mode_hash(struct kvb_opts *o)
 {
 	double gbps[HB_NR] = { 0 };
 	struct hb_ctx h;
@@ -199,13 +201,13 @@ int bench_hash(const struct bench_opts *o)
 	ret = 0;
 	if (!o->json_path)
 		goto out;
-	json = bench_json_open(o);
+	json = kvb_json_open(o->json_path);
 	if (json) {
 		kv_emit_begin(&e, json, true);
 		hb_emit(&e, gbps);
 		kv_emit_end(&e);
 	}
-	if (!json || bench_json_close(o, json))
+	if (!json || kvb_json_close(o->json_path, json))
 		ret = 1;
 out:
 	hb_exit(&h);

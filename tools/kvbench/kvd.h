@@ -1,0 +1,65 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * kvd for kvbench: a private one started on sockets in a temp dir,
+ * and connecting to it (or to the kvd --socket names) with a model's
+ * geometry.
+ */
+#ifndef KVB_KVD_H
+#define KVB_KVD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+#include <kv/kv.h>
+
+#include "opts.h"
+
+/* A kvd that kvbench started for itself, on sockets in a temp dir. */
+struct bench_kvd {
+	pid_t		pid;
+	pid_t		owner;		/* only it stops kvd (not a fork) */
+	char		dir[64];
+	char		sock[108];
+	char		admin[108];
+	char		log[96];
+};
+
+/*
+ * bench_kvd_start - start kvd (@bin, NULL: beside kvbench) with a host
+ * pool of @pool_size (kvd's units: 128M, 1G) on sockets in a new temp
+ * dir; returns once it answers on its admin socket. The kvd dies with
+ * kvbench (PR_SET_PDEATHSIG). 0, or -1 after saying why.
+ */
+int bench_kvd_start(struct bench_kvd *k, const char *bin,
+		    const char *pool_size);
+/* A new directory for sockets: $TMPDIR (if short enough) or /tmp. */
+int bench_mkdtemp(char *dir, size_t len, const char *name);
+/* SIGTERM, wait (SIGKILL after 5 s), remove the temp dir. */
+void bench_kvd_stop(struct bench_kvd *k);
+/* Drop every cached block of a running kvd (KV_ADMIN_EVICT). */
+int bench_kvd_evict(const char *admin_path);
+/* The admin socket beside a client socket, into @buf. */
+int bench_admin_beside(const char *sock, char *buf, size_t len);
+/* kv_connect with @geom, model @model; 0 or -1 after saying why. */
+int bench_connect(const char *sock, const char *model,
+		  const struct kv_geometry *geom, struct kv_client **c);
+/* 1 layer, 1 KV head, head_dim 128, fp16, 16 tokens: 8 KiB blocks. */
+struct kv_geometry bench_small_geom(void);
+/*
+ * bench_open - connect to o->socket, or to a private kvd with a pool of
+ * @pool_size started in @k, with the small geometry as model @model.
+ * 0, or -1 after saying why (nothing left running). bench_close undoes it.
+ */
+int bench_open(const struct kvb_opts *o, const char *pool_size,
+	       const char *model, struct bench_kvd *k, struct kv_client **c);
+void bench_close(const struct kvb_opts *o, struct bench_kvd *k,
+		 struct kv_client *c);
+/*
+ * kvb_connect - connect as model @model of @o (its id and geometry,
+ * o->socket, the ring sizes of the run); says why it cannot, as @who.
+ */
+int kvb_connect(const struct kvb_opts *o, unsigned model,
+		struct kv_client **c, const char *who);
+
+#endif /* KVB_KVD_H */

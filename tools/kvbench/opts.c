@@ -1,0 +1,713 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvbench's one option parser: one table of every option (getopt_long
+ * reads it), each option in a group; the mode-selecting options pick an
+ * entry of the mode table, and an option outside that mode's groups is
+ * refused by name. Then the checks between options, and what follows
+ * from them (the geometry of each model, the ring sizes, the admin
+ * socket).
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "opts.h"
+#include "../trace.h"
+
+enum {
+	OPT_MIN_TOKENS = 256,
+	OPT_MAX_TOKENS,
+	OPT_SEED,
+	OPT_LAYERS,
+	OPT_KV_HEADS,
+	OPT_HEAD_DIM,
+	OPT_BLOCK_TOKENS,
+	OPT_DTYPE,
+	OPT_QUANT,
+	OPT_MODEL,
+	OPT_JSON,
+	OPT_TRACE,
+	OPT_SYNTHETIC,
+	OPT_TRACE_BLOCK,
+	OPT_LIMIT,
+	OPT_TIMESTAMPS,
+	OPT_COMPARE,
+	OPT_MAX_MODEL_LEN,
+	OPT_DECODE_CHUNK,
+	OPT_SALT,
+	OPT_MODELS,
+	OPT_PHASE_REQUESTS,
+	OPT_SAMPLE_MS,
+	OPT_ADMIN_SOCKET,
+	OPT_PRIVATE_KVD,
+	OPT_NO_VERIFY,
+	OPT_PERF_STAT,
+	OPT_KVD,
+	OPT_RUNS,
+	OPT_ITERATIONS,
+	OPT_MODE,	/* OPT_MODE + enum kvb_mode: selects that mode */
+};
+
+#define OG_ANY		0U	/* every mode takes it */
+#define OG_MODE		0U	/* selects the mode: checked apart */
+
+/* Every option of every mode; group: the modes that take it. */
+static const struct kvb_optdef {
+	const char	*name;
+	int		has_arg;
+	int		val;
+	unsigned	group;
+} optdefs[] = {
+	{ "socket",	  required_argument, 's', KVB_OG_KVD },
+	{ "procs",	  required_argument, 'p', KVB_OG_FLEET },
+	{ "requests",	  required_argument, 'n', KVB_OG_LOAD },
+	{ "min-tokens",	  required_argument, OPT_MIN_TOKENS, KVB_OG_LOAD },
+	{ "max-tokens",	  required_argument, OPT_MAX_TOKENS, KVB_OG_LOAD },
+	{ "batch",	  required_argument, 'b', KVB_OG_LOAD },
+	{ "live",	  required_argument, 'l', KVB_OG_FLEET },
+	{ "seed",	  required_argument, OPT_SEED, KVB_OG_FLEET },
+	{ "layers",	  required_argument, OPT_LAYERS, KVB_OG_FLEET },
+	{ "kv-heads",	  required_argument, OPT_KV_HEADS, KVB_OG_FLEET },
+	{ "head-dim",	  required_argument, OPT_HEAD_DIM, KVB_OG_FLEET },
+	{ "block-tokens", required_argument, OPT_BLOCK_TOKENS, KVB_OG_FLEET },
+	{ "dtype",	  required_argument, OPT_DTYPE, KVB_OG_FLEET },
+	{ "quant",	  required_argument, OPT_QUANT, KVB_OG_FLEET },
+	{ "model",	  required_argument, OPT_MODEL, KVB_OG_FLEET },
+	{ "json",	  required_argument, OPT_JSON, KVB_OG_JSON },
+	{ "trace",	  required_argument, OPT_TRACE, OG_MODE },
+	{ "synthetic",	  no_argument,	     OPT_SYNTHETIC, OG_MODE },
+	{ "trace-block",  required_argument, OPT_TRACE_BLOCK, KVB_OG_REPLAY },
+	{ "limit",	  required_argument, OPT_LIMIT, KVB_OG_REPLAY },
+	{ "timestamps",	  optional_argument, OPT_TIMESTAMPS, KVB_OG_REPLAY },
+	{ "compare-allocators", no_argument, OPT_COMPARE, KVB_OG_REPLAY },
+	{ "max-model-len", required_argument, OPT_MAX_MODEL_LEN, KVB_OG_REPLAY },
+	{ "decode-chunk", required_argument, OPT_DECODE_CHUNK, KVB_OG_REPLAY },
+	{ "salt",	  required_argument, OPT_SALT, KVB_OG_REPLAY },
+	{ "models",	  required_argument, OPT_MODELS, KVB_OG_REPLAY },
+	{ "phase-requests", required_argument, OPT_PHASE_REQUESTS, KVB_OG_REPLAY },
+	{ "sample-ms",	  required_argument, OPT_SAMPLE_MS, KVB_OG_REPLAY },
+	{ "admin-socket", required_argument, OPT_ADMIN_SOCKET, KVB_OG_ADMIN },
+	{ "private-kvd",  optional_argument, OPT_PRIVATE_KVD, KVB_OG_FLEET },
+	{ "no-verify",	  no_argument,	     OPT_NO_VERIFY, KVB_OG_FLEET },
+	{ "perf-stat",	  no_argument,	     OPT_PERF_STAT, KVB_OG_FLEET },
+	{ "kvd",	  required_argument, OPT_KVD, KVB_OG_KVD },
+	{ "runs",	  required_argument, OPT_RUNS, KVB_OG_RUNS },
+	{ "iterations",	  required_argument, OPT_ITERATIONS, KVB_OG_ITERS },
+	{ "workload",	  required_argument, OPT_MODE + KVB_MODE_WORKLOAD, OG_MODE },
+	{ "floor",	  no_argument,	     OPT_MODE + KVB_MODE_FLOOR, OG_MODE },
+	{ "hash-bench",	  no_argument,	     OPT_MODE + KVB_MODE_HASH, OG_MODE },
+	{ "redis",	  no_argument,	     OPT_MODE + KVB_MODE_REDIS, OG_MODE },
+	{ "bench-summary", required_argument, OPT_MODE + KVB_MODE_SUMMARY, OG_MODE },
+	{ "quiet",	  no_argument,	     'q', OG_ANY },
+	{ "help",	  no_argument,	     'h', OG_ANY },
+};
+
+#define NR_OPTDEFS	(sizeof(optdefs) / sizeof(optdefs[0]))
+
+/* Where each group's options go, for the message that refuses one. */
+static const char *const og_home[KVB_NR_OG] = {
+	"a mode that writes a report",
+	"a mode that uses kvd",
+	"a replay or a benchmark on kvd",
+	"the alloc/release benchmark or a replay",
+	"the alloc/release benchmark",
+	"a replay (--trace or --synthetic)",
+	"--workload",
+	"--floor or --redis",
+};
+
+static int parse_num(const char *name, const char *s, int base, uint64_t min,
+		     uint64_t max, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, base);
+	if (!isdigit((unsigned char)*s) || errno || *end || v < min ||
+	    v > max) {
+		fprintf(stderr, "kvbench: %s: '%s' is not a number in %llu..%llu\n",
+			name, s, (unsigned long long)min,
+			(unsigned long long)max);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static int parse_uint(const char *name, const char *s, unsigned min,
+		      unsigned max, unsigned *out)
+{
+	uint64_t v;
+
+	if (parse_num(name, s, 10, min, max, &v))
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static int parse_scale(const char *s, double *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtod(s, &end);
+	if (!*s || errno || *end || !(*out >= 0 && *out <= 1e6)) {
+		fprintf(stderr, "kvbench: --timestamps: '%s' is not a scale in 0..1e6\n",
+			s);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_dtype(const char *s, __u32 *out)
+{
+	static const struct { const char *name; __u32 dtype; } names[] = {
+		{ "fp16", KV_DTYPE_FP16 },	{ "bf16", KV_DTYPE_BF16 },
+		{ "fp32", KV_DTYPE_FP32 },	{ "fp8", KV_DTYPE_FP8_E4M3 },
+		{ "fp8-e4m3", KV_DTYPE_FP8_E4M3 }, { "fp8_e4m3", KV_DTYPE_FP8_E4M3 },
+		{ "int8", KV_DTYPE_INT8 },
+	};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!strcmp(s, names[i].name)) {
+			*out = names[i].dtype;
+			return 0;
+		}
+	}
+	fprintf(stderr, "kvbench: --dtype: unknown dtype '%s' (fp16, bf16, fp32, fp8 or int8)\n",
+		s);
+	return -1;
+}
+
+static int parse_quant(const char *s, struct kvb_opts *o)
+{
+	static const char *const names[KV_QUANT__MAX] = {
+		[KV_QUANT_NONE] = "none", [KV_QUANT_TOKEN] = "token",
+		[KV_QUANT_CHANNEL] = "channel",
+	};
+
+	for (uint32_t q = 0; q < KV_QUANT__MAX; q++) {
+		if (!strcmp(s, names[q])) {
+			o->geom.quant = q;
+			o->quant_given = true;
+			return 0;
+		}
+	}
+	fprintf(stderr, "kvbench: --quant: unknown scheme '%s' (token, channel or none)\n",
+		s);
+	return -1;
+}
+
+const char *kvb_quant_name(uint32_t q)
+{
+	return q == KV_QUANT_TOKEN ? "token" : q == KV_QUANT_CHANNEL ?
+	       "channel" : "none";
+}
+
+/* fp8 and int8 carry per-token scales unless told otherwise (as vLLM's
+ * fp8 cache does); scales only with those dtypes. */
+static int quant_setup(struct kvb_opts *o)
+{
+	bool q8 = o->geom.dtype == KV_DTYPE_FP8_E4M3 ||
+		  o->geom.dtype == KV_DTYPE_INT8;
+
+	if (!o->quant_given && q8)
+		o->geom.quant = KV_QUANT_TOKEN;
+	if (o->geom.quant && !q8) {
+		fprintf(stderr, "kvbench: --quant %s needs --dtype fp8 or int8\n",
+			kvb_quant_name(o->geom.quant));
+		return -1;
+	}
+	return 0;
+}
+
+static void opts_default(struct kvb_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->model = "kvbench";
+	o->dtype_name = "fp16";
+	o->procs = 4;
+	o->requests = 2000;
+	o->min_tokens = 64;
+	o->max_tokens = 2048;
+	o->batch = 1;
+	o->live = 8;
+	o->seed = 1;
+	o->geom.layers = 4;
+	o->geom.kv_heads = 2;
+	o->geom.head_dim = 64;
+	o->geom.block_tokens = 16;
+	o->geom.dtype = KV_DTYPE_FP16;
+	o->trace_block = KVB_DEFAULT_TRACE_BLOCK;
+	o->ts_scale = 1;
+	o->models = 1;
+	o->runs = KVB_DEFAULT_RUNS;
+	o->iters = KVB_DEFAULT_ITERS;
+}
+
+static const struct kvb_optdef *optdef(int val)
+{
+	for (size_t i = 0; i < NR_OPTDEFS; i++)
+		if (optdefs[i].val == val)
+			return &optdefs[i];
+	return NULL;
+}
+
+/* The mode-selecting options: one mode per run (it may repeat). */
+static int set_mode(struct kvb_opts *o, enum kvb_mode m, const char *name,
+		    const char *arg)
+{
+	if (o->mode_opt && o->mode != m) {
+		fprintf(stderr, "kvbench: --%s and --%s: one mode at a time\n",
+			o->mode_opt, name);
+		return -1;
+	}
+	o->mode = m;
+	o->mode_opt = name;
+	o->mode_arg = arg;
+	return 0;
+}
+
+/* One option; returns 0, or -1 after saying what is wrong. */
+static int parse_one(struct kvb_opts *o, int opt, const char *arg)
+{
+	if (opt >= OPT_MODE && opt < OPT_MODE + KVB_NR_MODES)
+		return set_mode(o, (enum kvb_mode)(opt - OPT_MODE),
+				optdef(opt)->name, arg);
+	switch (opt) {
+	case 's':
+		o->socket = arg;
+		if (!*arg) {
+			fprintf(stderr, "kvbench: --socket: empty path\n");
+			return -1;
+		}
+		return 0;
+	case 'p':
+		return parse_uint("--procs", arg, 1, KVB_MAX_PROCS, &o->procs);
+	case 'n':
+		return parse_uint("--requests", arg, 1, KVB_MAX_REQUESTS,
+				  &o->requests);
+	case OPT_MIN_TOKENS:
+		return parse_uint("--min-tokens", arg, 1, KVB_MAX_TOKENS,
+				  &o->min_tokens);
+	case OPT_MAX_TOKENS:
+		return parse_uint("--max-tokens", arg, 1, KVB_MAX_TOKENS,
+				  &o->max_tokens);
+	case 'b':
+		return parse_uint("--batch", arg, 1, KVB_MAX_BATCH, &o->batch);
+	case 'l':
+		return parse_uint("--live", arg, 1, KVB_MAX_LIVE, &o->live);
+	case OPT_SEED:
+		return parse_num("--seed", arg, 0, 0, UINT64_MAX, &o->seed);
+	case OPT_LAYERS:
+		return parse_uint("--layers", arg, 1, 1024, &o->geom.layers);
+	case OPT_KV_HEADS:
+		return parse_uint("--kv-heads", arg, 1, 1024,
+				  &o->geom.kv_heads);
+	case OPT_HEAD_DIM:
+		return parse_uint("--head-dim", arg, 1, 1024,
+				  &o->geom.head_dim);
+	case OPT_BLOCK_TOKENS:
+		return parse_uint("--block-tokens", arg, 1, 1024,
+				  &o->geom.block_tokens);
+	case OPT_DTYPE:
+		o->dtype_name = arg;
+		return parse_dtype(arg, &o->geom.dtype);
+	case OPT_QUANT:
+		return parse_quant(arg, o);
+	case OPT_MODEL:
+		o->model = arg;
+		if (!*arg || strlen(arg) >= KV_MODEL_ID_MAX) {
+			fprintf(stderr, "kvbench: --model: '%s' must be 1..%d bytes\n",
+				arg, KV_MODEL_ID_MAX - 1);
+			return -1;
+		}
+		return 0;
+	case OPT_JSON:
+		o->json_path = arg;
+		return 0;
+	case OPT_TRACE:
+		if (!*arg) {
+			fprintf(stderr, "kvbench: --trace: empty path\n");
+			return -1;
+		}
+		o->trace_path = arg;
+		return set_mode(o, KVB_MODE_REPLAY, "trace", NULL);
+	case OPT_SYNTHETIC:
+		o->synthetic = true;
+		return set_mode(o, KVB_MODE_REPLAY, "synthetic", NULL);
+	case OPT_TRACE_BLOCK:
+		return parse_uint("--trace-block", arg, 1, 65536,
+				  &o->trace_block);
+	case OPT_LIMIT:
+		return parse_uint("--limit", arg, 1, 1U << 26, &o->limit);
+	case OPT_TIMESTAMPS:
+		o->timestamps = true;
+		return arg ? parse_scale(arg, &o->ts_scale) : 0;
+	case OPT_COMPARE:
+		o->compare = true;
+		return 0;
+	case OPT_MAX_MODEL_LEN:
+		return parse_uint("--max-model-len", arg, 1,
+				  KVB_MAX_TRACE_TOKENS, &o->max_model_len);
+	case OPT_DECODE_CHUNK:
+		o->chunk_given = true;
+		return parse_uint("--decode-chunk", arg, 0,
+				  KVB_MAX_TRACE_TOKENS, &o->decode_chunk);
+	case OPT_SALT:
+		o->salt_given = true;
+		return parse_num("--salt", arg, 0, 0, UINT64_MAX, &o->salt);
+	case OPT_MODELS:
+		return parse_uint("--models", arg, 1, KVB_MAX_MODELS,
+				  &o->models);
+	case OPT_PHASE_REQUESTS:
+		o->phase_given = true;
+		return parse_uint("--phase-requests", arg, 1, 1U << 26,
+				  &o->phase_requests);
+	case OPT_SAMPLE_MS:
+		o->sample_given = true;
+		return parse_uint("--sample-ms", arg, 10, 60000,
+				  &o->sample_ms);
+	case OPT_ADMIN_SOCKET:
+		o->admin_socket = arg;
+		if (!*arg || strlen(arg) >= sizeof(o->admin_path)) {
+			fprintf(stderr, "kvbench: --admin-socket: '%s' must be 1..%zu bytes\n",
+				arg, sizeof(o->admin_path) - 1);
+			return -1;
+		}
+		return 0;
+	case OPT_NO_VERIFY:
+		o->no_verify = true;
+		return 0;
+	case OPT_PERF_STAT:
+		o->perf_stat = true;
+		return 0;
+	case OPT_PRIVATE_KVD:
+		o->private_pool = arg ? arg : KVB_PRIVATE_POOL;
+		return 0;
+	case OPT_KVD:
+		o->kvd_bin = arg;
+		return 0;
+	case OPT_RUNS:
+		return parse_uint("--runs", arg, 1, KVB_MAX_RUNS, &o->runs);
+	case OPT_ITERATIONS:
+		return parse_uint("--iterations", arg, 1, KVB_MAX_ITERS,
+				  &o->iters);
+	case 'q':
+		o->quiet = true;
+		return 0;
+	}
+	return -1;
+}
+
+static int check_replay(const struct kvb_opts *o)
+{
+	if (o->trace_path && o->synthetic) {
+		fprintf(stderr, "kvbench: --trace and --synthetic exclude each other\n");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The admin socket: --admin-socket, else kvd-admin.sock in the directory
+ * of the client socket (as kvd places it), the client socket being the
+ * one kv_connect(3) dials: --socket, $KVD_SOCKET, or its default.
+ */
+static int admin_default(struct kvb_opts *o)
+{
+	const char *sock = o->socket, *e = getenv("KVD_SOCKET"), *xdg, *slash;
+	char buf[sizeof(o->admin_path)];
+	int n, dir;
+
+	if (o->admin_socket) {
+		snprintf(o->admin_path, sizeof(o->admin_path), "%s",
+			 o->admin_socket);
+		return 0;
+	}
+	if (!sock && e && *e) {
+		sock = e;
+	} else if (!sock) {
+		xdg = getenv("XDG_RUNTIME_DIR");
+		if (geteuid() == 0 || !xdg || !*xdg)
+			xdg = "/run/kvd";
+		snprintf(buf, sizeof(buf), "%s/kvd.sock", xdg);
+		sock = buf;
+	}
+	slash = strrchr(sock, '/');
+	dir = slash ? (int)(slash - sock + 1) : 0;
+	n = snprintf(o->admin_path, sizeof(o->admin_path), "%.*skvd-admin.sock",
+		     dir, sock);
+	if (n < 0 || (size_t)n >= sizeof(o->admin_path)) {
+		fprintf(stderr, "kvbench: the admin socket beside %s has too long a path; give --admin-socket\n",
+			sock);
+		return -1;
+	}
+	return 0;
+}
+
+/* Model k: id MODEL-mk (model 0: MODEL), k + 1 times the layers. */
+static int models_setup(struct kvb_opts *o)
+{
+	unsigned n = o->models;
+
+	if (o->procs < n) {
+		fprintf(stderr, "kvbench: --models %u needs at least as many --procs (%u)\n",
+			n, o->procs);
+		return -1;
+	}
+	if (n == 1 && o->phase_given) {
+		fprintf(stderr, "kvbench: --phase-requests needs --models 2 or more\n");
+		return -1;
+	}
+	if (n > 1 && o->compare) {
+		fprintf(stderr, "kvbench: --compare-allocators applies to one model, not to --models %u\n",
+			n);
+		return -1;
+	}
+	if ((uint64_t)o->geom.layers * n > 1024) {
+		fprintf(stderr, "kvbench: --models %u gives model %u %llu layers; kvd allows 1024 (use fewer --layers)\n",
+			n, n - 1, (unsigned long long)o->geom.layers * n);
+		return -1;
+	}
+	for (unsigned m = 0; m < n; m++) {
+		struct kvb_model *k = &o->mdl[m];
+		int len;
+
+		if (m)
+			len = snprintf(k->id, sizeof(k->id), "%s-m%u",
+				       o->model, m);
+		else
+			len = snprintf(k->id, sizeof(k->id), "%s", o->model);
+		if (len < 0 || (size_t)len >= sizeof(k->id)) {
+			fprintf(stderr, "kvbench: --model '%s': model id '%s-m%u' would be over %d bytes\n",
+				o->model, o->model, m, KV_MODEL_ID_MAX - 1);
+			return -1;
+		}
+		k->geom = o->geom;
+		k->geom.layers = o->geom.layers * (m + 1);
+		k->procs = o->procs / n + (m < o->procs % n);
+	}
+	if (n > 1 && !o->sample_given)
+		o->sample_ms = KVB_DEFAULT_SAMPLE_MS;
+	return o->sample_ms ? admin_default(o) : 0;
+}
+
+/* Checks between options, and what follows from them. */
+static int opts_finish(struct kvb_opts *o)
+{
+	uint64_t data;
+
+	if (check_replay(o) || quant_setup(o))
+		return -1;
+	/* --perf-stat asks kvd for its pid (KV_ADMIN_STATUS) */
+	if (o->perf_stat && !o->private_pool && admin_default(o))
+		return -1;
+	/* Alloc mode: one model, the one of --model and the geometry. */
+	snprintf(o->mdl[0].id, sizeof(o->mdl[0].id), "%s", o->model);
+	o->mdl[0].geom = o->geom;
+	o->mdl[0].procs = o->procs;
+	if (o->mode == KVB_MODE_REPLAY) {
+		if (!o->chunk_given)
+			o->decode_chunk = o->geom.block_tokens;
+		o->live_max = o->live;
+		return models_setup(o);	/* the rest once the trace is read */
+	}
+	if (o->min_tokens > o->max_tokens) {
+		fprintf(stderr, "kvbench: --min-tokens %u is above --max-tokens %u\n",
+			o->min_tokens, o->max_tokens);
+		return -1;
+	}
+	o->max_req_blocks = (o->max_tokens + o->geom.block_tokens - 1) /
+			    o->geom.block_tokens;
+	/* A batch's id arrays all live in the ring's data area at once. */
+	data = (uint64_t)o->batch * o->max_req_blocks * sizeof(kv_block_t);
+	if (data > KV_MAX_DATA_BYTES) {
+		fprintf(stderr, "kvbench: --batch %u of requests up to %u blocks (--max-tokens %u) needs %llu bytes of ring data area; kvd allows %u\n",
+			o->batch, o->max_req_blocks, o->max_tokens,
+			(unsigned long long)data, KV_MAX_DATA_BYTES);
+		return -1;
+	}
+	data = (data + 4095) & ~4095ULL;
+	o->data_bytes = data > (256U << 10) ? (unsigned)data : 0;
+	o->sq_entries = 0;
+	while (o->batch > 256 && o->sq_entries < o->batch)
+		o->sq_entries = o->sq_entries ? o->sq_entries * 2 : 512;
+	o->live_max = o->live;
+	if (o->batch > 1)
+		o->live_max = (o->live + o->batch - 1) / o->batch * o->batch;
+	return 0;
+}
+
+/* Shell-quote argv into one line, so the report shows how to rerun. */
+static char *join_argv(int argc, char **argv)
+{
+	static const char safe[] = "abcdefghijklmnopqrstuvwxyz"
+				   "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				   "0123456789_./=:,+@%-";
+	size_t len = 1;
+	char *s, *p;
+
+	for (int i = 0; i < argc; i++)
+		len += 4 * strlen(argv[i]) + 3;
+	s = p = malloc(len);
+	if (!s)
+		return NULL;
+	for (int i = 0; i < argc; i++) {
+		const char *a = argv[i];
+		bool q = !*a || strspn(a, safe) != strlen(a);
+
+		if (i)
+			*p++ = ' ';
+		if (q)
+			*p++ = '\'';
+		for (; *a; a++) {
+			if (*a == '\'') {
+				memcpy(p, "'\\''", 4);
+				p += 4;
+			} else {
+				*p++ = *a;
+			}
+		}
+		if (q)
+			*p++ = '\'';
+	}
+	*p = 0;
+	return s;
+}
+
+static void bad_option(int opt, const char *arg)
+{
+	if (opt == ':')
+		fprintf(stderr, "kvbench: option '%s' needs a value\n", arg);
+	else if (optopt && arg[0] == '-' && arg[1] != '-')
+		fprintf(stderr, "kvbench: unknown option '-%c'\n", optopt);
+	else if (optopt)
+		fprintf(stderr, "kvbench: option '%.*s' takes no value\n",
+			(int)strcspn(arg, "="), arg);
+	else
+		fprintf(stderr, "kvbench: unknown option '%s'\n", arg);
+}
+
+/*
+ * An option the mode does not take is a mistake: say where it goes.
+ * @given: per group, the first option given of it.
+ */
+static int check_groups(const struct kvb_opts *o,
+			const struct kvb_mode_def *md,
+			const struct kvb_optdef *const *given)
+{
+	const char *hint = "";
+
+	for (unsigned g = 0; g < KVB_NR_OG; g++) {
+		if (!given[g] || (md->opts & (1U << g)))
+			continue;
+		if (given[g]->val == 'n' && o->mode == KVB_MODE_REPLAY)
+			hint = " (use --limit)";
+		else if (given[g]->val == 'n')
+			hint = " (round trips: --iterations N)";
+		fprintf(stderr, "kvbench: --%s goes with %s, not with %s%s\n",
+			given[g]->name, og_home[g], md->name, hint);
+		return -1;
+	}
+	return 0;
+}
+
+/* The engine modes' checks between options; then what follows. */
+static int fleet_finish(struct kvb_opts *o)
+{
+	if (o->socket && o->private_pool) {
+		fprintf(stderr, "kvbench: --socket names a kvd; --private-kvd starts one\n");
+		return -1;
+	}
+	if (o->kvd_bin && !o->private_pool) {
+		fprintf(stderr, "kvbench: --kvd goes with --private-kvd\n");
+		return -1;
+	}
+	return opts_finish(o);
+}
+
+static int bench_finish(const struct kvb_opts *o)
+{
+	if (o->socket && o->kvd_bin) {
+		fprintf(stderr, "kvbench: --socket uses a running kvd; --kvd starts one\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* getopt_long's table and short options, from optdefs. */
+static void getopt_tables(struct option *lo, char *shorts)
+{
+	char *p = shorts;
+
+	*p++ = ':';	/* a missing value is ':', not '?' */
+	for (size_t i = 0; i < NR_OPTDEFS; i++) {
+		const struct kvb_optdef *d = &optdefs[i];
+
+		lo[i] = (struct option){ d->name, d->has_arg, NULL, d->val };
+		if (d->val >= 256)
+			continue;
+		*p++ = (char)d->val;
+		if (d->has_arg == required_argument)
+			*p++ = ':';
+	}
+	*p = 0;
+	lo[NR_OPTDEFS] = (struct option){ 0 };
+}
+
+int kvb_opts_parse(struct kvb_opts *o, int argc, char **argv,
+		   const struct kvb_mode_def *modes)
+{
+	const struct kvb_optdef *given[KVB_NR_OG] = { 0 };
+	struct option lo[NR_OPTDEFS + 1];
+	char shorts[2 * NR_OPTDEFS + 2];
+	const struct kvb_optdef *d;
+	int opt;
+
+	opts_default(o);
+	/* Before getopt_long, which may permute argv. */
+	o->cmdline = join_argv(argc, argv);
+	if (!o->cmdline) {
+		fprintf(stderr, "kvbench: out of memory\n");
+		return -1;
+	}
+	getopt_tables(lo, shorts);
+	opterr = 0;	/* our own messages, naming the option as given */
+	while ((opt = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
+		if (opt == 'h') {
+			kvb_usage(stdout);
+			exit(0);
+		}
+		if (opt == '?' || opt == ':') {
+			bad_option(opt, argv[optind - 1]);
+			goto err_usage;
+		}
+		d = optdef(opt);
+		for (unsigned g = 0; d && g < KVB_NR_OG; g++)
+			if ((d->group & (1U << g)) && !given[g])
+				given[g] = d;
+		if (parse_one(o, opt, optarg))
+			goto err_usage;
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kvbench: unexpected argument '%s'\n",
+			argv[optind]);
+		goto err_usage;
+	}
+	if (check_groups(o, &modes[o->mode], given))
+		goto err_usage;
+	if (modes[o->mode].opts & KVB_OG_FLEET ? fleet_finish(o) :
+	    bench_finish(o))
+		goto err_usage;
+	return 0;
+
+err_usage:
+	fprintf(stderr, "Try 'kvbench --help'.\n");
+	return -1;
+}

@@ -1,0 +1,290 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The replay's sections of the report: its configuration, the trace, the
+ * hit ratio against the infinite-cache bound, memory, the allocators
+ * compared over the same schedule, and one row per process.
+ */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fleet.h"
+#include "report_replay.h"
+
+/* With --models, a model column after pid. */
+static const struct kv_emit_col replay_model_col = { "model", "model", 5 };
+
+static const struct kv_emit_col replay_cols[] = {
+	{ "proc",		"proc",		4 },
+	{ "pid",		"pid",		8 },
+	{ "requests",		"requests",	8 },
+	{ "requests_per_s",	"req/s",	9 },
+	{ "hit_ratio_blocks",	"hit blocks",	10 },
+	{ "open_p50_us",	"open p50us",	10 },
+	{ "open_p99_us",	"open p99us",	10 },
+	{ "append_p50_us",	"app p50us",	9 },
+	{ "close_p50_us",	"close p50us",	11 },
+	{ "forced",		"forced",	7 },
+	{ "stamp_errors",	"errors",	6 },
+	{ "status",		"status",	6 },
+};
+
+/* The model and its geometry: the load's config and the replay's. */
+void kvb_emit_geometry(struct kv_emit *e, const struct kvb_opts *o,
+		       const struct agg *a)
+{
+	kv_emit_str(e, "model", "model", o->model);
+	kv_emit_u64(e, "layers", "layers", o->geom.layers);
+	kv_emit_u64(e, "kv_heads", "kv heads", o->geom.kv_heads);
+	kv_emit_u64(e, "head_dim", "head dim", o->geom.head_dim);
+	kv_emit_u64(e, "block_tokens", "block tokens", o->geom.block_tokens);
+	kv_emit_str(e, "dtype", "dtype", o->dtype_name);
+	kv_emit_str(e, "quant", "scales", kvb_quant_name(o->geom.quant));
+	kv_emit_u64(e, "block_bytes", "block bytes", a->info[0].block_bytes);
+	/* what the pool holds in this geometry, as kvd counts it */
+	kv_emit_u64(e, "pool_tokens", "tokens the pool holds",
+		    (uint64_t)a->info[0].max_blocks * o->geom.block_tokens);
+}
+
+/* One row per process; with --models, its model after pid. */
+void kvb_emit_replay_procs(struct kv_emit *e, const struct kvb_opts *o,
+			   const struct child *ch, unsigned n)
+{
+	struct kv_emit_col cols[sizeof(replay_cols) / sizeof(replay_cols[0]) + 1];
+	int nc = 0;
+	char mdl[16];
+
+	for (size_t k = 0; k < sizeof(replay_cols) / sizeof(replay_cols[0]);
+	     k++) {
+		cols[nc++] = replay_cols[k];
+		if (k == 1 && o->models > 1)
+			cols[nc++] = replay_model_col;
+	}
+	kv_emit_table_begin(e, "procs", cols, nc);
+	for (unsigned i = 0; i < n; i++) {
+		const struct kvb_result *r = &ch[i].r;
+		uint64_t *const *v = ch[i].samp;
+
+		kv_emit_row_begin(e);
+		kv_emit_cell_u64(e, i);
+		kv_emit_cell_u64(e, (uint64_t)ch[i].pid);
+		if (o->models > 1) {
+			snprintf(mdl, sizeof(mdl), "m%u", i % o->models);
+			kv_emit_cell_str(e, mdl);
+		}
+		kv_emit_cell_u64(e, r->requests);
+		kv_emit_cell_f64(e, per_s(r->requests,
+					  r->t_end_ns - r->t_start_ns));
+		kv_emit_cell_f64(e, ratio(r->hit_blocks, r->prompt_blocks));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_OPEN],
+					   r->op[KVB_OP_OPEN].nr, 50));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_OPEN],
+					   r->op[KVB_OP_OPEN].nr, 99));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_APPEND],
+					   r->op[KVB_OP_APPEND].nr, 50));
+		kv_emit_cell_f64(e, pct_us(v[KVB_OP_CLOSE],
+					   r->op[KVB_OP_CLOSE].nr, 50));
+		kv_emit_cell_u64(e, r->forced);
+		kv_emit_cell_u64(e, r->bad_blocks);
+		kv_emit_cell_str(e, kvb_proc_status(&ch[i]));
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+}
+
+void kvb_emit_replay_config(struct kv_emit *e, const struct kvb_opts *o,
+			    const struct agg *a)
+{
+	const struct kvb_trace *tr = o->tr;
+	char salt[24];
+
+	snprintf(salt, sizeof(salt), "%llu", (unsigned long long)o->salt);
+	kv_emit_obj_begin(e, "config", "config");
+	kv_emit_u64(e, "procs", "processes", o->procs);
+	kv_emit_u64(e, "live", "live per process", o->live);
+	kv_emit_str(e, "workload", "workload", kvb_trace_fmt_name(tr->fmt));
+	kv_emit_str(e, "trace", "trace", tr->path ? tr->path : "(built in)");
+	if (tr->fmt == KVB_FMT_SYNTHETIC)
+		kv_emit_u64(e, "seed", "seed", o->seed);
+	if (tr->fmt == KVB_FMT_MOONCAKE)
+		kv_emit_u64(e, "trace_block", "trace block (tokens)",
+			    tr->trace_block);
+	kv_emit_u64(e, "limit", "limit", o->limit);
+	kv_emit_u64(e, "decode_chunk", "decode chunk (tokens)",
+		    o->decode_chunk);
+	kv_emit_f64(e, "timestamps", "timestamps (scale; 0 off)",
+		    o->timestamps ? o->ts_scale : 0);
+	/* A string: JSON numbers lose u64 precision in most readers. */
+	kv_emit_str(e, "salt", "hash salt", salt);
+	kvb_emit_geometry(e, o, a);
+	if (o->models > 1 || o->sample_ms) {
+		kv_emit_u64(e, "models", "models", o->models);
+		kv_emit_str(e, "models_are", "models are",
+			    "model k: id MODEL-mk (model 0: MODEL), (k + 1) * layers; each replays the whole stream");
+	}
+	if (o->models > 1) {
+		kv_emit_u64(e, "phase_requests", "requests per phase",
+			    o->phase_requests);
+		kv_emit_u64(e, "phases", "phases (all models)", o->phases);
+		kv_emit_str(e, "schedule", "schedule",
+			    "phase p: model p % models replays its requests from (p / models) * requests per phase on, the others idle");
+	}
+	if (o->sample_ms) {
+		kv_emit_u64(e, "sample_ms", "sample every (ms)", o->sample_ms);
+		kv_emit_str(e, "admin_socket", "admin socket", o->admin_path);
+	}
+	kv_emit_obj_end(e);
+}
+
+void kvb_emit_trace(struct kv_emit *e, const struct kvb_opts *o)
+{
+	const struct kvb_trace *tr = o->tr;
+
+	kv_emit_obj_begin(e, "trace", "trace");
+	kv_emit_u64(e, "requests", "requests", tr->nr);
+	kv_emit_f64(e, "span_s", "span (s)", (double)tr->span_us / 1e6);
+	kv_emit_u64(e, "prompt_tokens", "prompt tokens", tr->sum_in);
+	kv_emit_u64(e, "output_tokens", "output tokens", tr->sum_out);
+	kv_emit_u64(e, "max_prompt", "longest prompt", tr->max_in);
+	kv_emit_u64(e, "max_output", "longest output", tr->max_out);
+	kv_emit_obj_end(e);
+}
+
+/* A u64 counter of struct kv_stats at @off: over the run, all models. */
+static uint64_t kvd_delta(const struct kvb_opts *o, const struct agg *a,
+			  size_t off)
+{
+	uint64_t sum = 0, x, y;
+
+	for (unsigned m = 0; m < o->models; m++) {
+		memcpy(&x, (const char *)&a->after[m] + off, sizeof(x));
+		memcpy(&y, (const char *)&a->before[m] + off, sizeof(y));
+		sum += x - y;
+	}
+	return sum;
+}
+
+void kvb_emit_replay_results(struct kv_emit *e, const struct kvb_opts *o,
+			     const struct agg *a)
+{
+	const struct kvb_result *s = &a->sum;
+	const struct kvb_bound *b = &a->bound;
+	unsigned bt = o->geom.block_tokens;
+	uint64_t wall = a->t_end - a->t_start;
+	double hit = ratio(s->hit_blocks, s->prompt_blocks);
+	double bound = ratio(b->hits, b->refs);
+
+	kv_emit_obj_begin(e, "results", "results");
+	kv_emit_u64(e, "requests", "requests", s->requests);
+	kv_emit_f64(e, "wall_s", "wall time (s)", (double)wall / 1e9);
+	kv_emit_f64(e, "requests_per_s", "requests/s",
+		    per_s(s->requests, wall));
+	kv_emit_u64(e, "prompt_tokens", "prompt tokens", s->prompt_tokens);
+	kv_emit_u64(e, "hit_tokens", "hit tokens", s->hit_tokens);
+	kv_emit_f64(e, "hit_ratio_tokens", "hit ratio (tokens)",
+		    ratio(s->hit_tokens, s->prompt_tokens));
+	kv_emit_f64(e, "bound_tokens", "bound (tokens)",
+		    ratio(b->hits * bt, b->prompt_tokens));
+	kv_emit_u64(e, "prompt_blocks", "prompt full blocks", s->prompt_blocks);
+	kv_emit_u64(e, "hit_blocks", "hit blocks", s->hit_blocks);
+	kv_emit_f64(e, "hit_ratio_blocks", "hit ratio (blocks)", hit);
+	kv_emit_f64(e, "bound_blocks", "bound (blocks)", bound);
+	kv_emit_f64(e, "bound_gap", "bound - hit ratio", bound - hit);
+	kv_emit_u64(e, "kvd_lookups", "kvd lookups",
+		    kvd_delta(o, a, offsetof(struct kv_stats, lookups)));
+	kv_emit_u64(e, "kvd_hit_blocks", "kvd hit blocks",
+		    kvd_delta(o, a, offsetof(struct kv_stats, hit_blocks)));
+	kv_emit_u64(e, "evictions", "evictions",
+		    kvd_delta(o, a, offsetof(struct kv_stats, evictions)));
+	kv_emit_u64(e, "output_tokens", "output tokens", s->output_tokens);
+	kv_emit_u64(e, "enospc", "-ENOSPC answers", s->enospc);
+	kv_emit_u64(e, "forced", "forced closes", s->forced);
+	kv_emit_u64(e, "preempted", "preempted (redone)", s->preempted);
+	kv_emit_u64(e, "enospc_waits", "waits for room", s->waits);
+	kv_emit_u64(e, "stamp_errors", "stamp errors (blocks)",
+		    s->bad_blocks);
+	kv_emit_obj_end(e);
+}
+
+void kvb_emit_bound(struct kv_emit *e, const struct agg *a)
+{
+	const struct kvb_bound *b = &a->bound;
+
+	kv_emit_obj_begin(e, "bound", "infinite cache (offline)");
+	kv_emit_f64(e, "hit_ratio_blocks", "hit ratio (blocks)",
+		    ratio(b->hits, b->refs));
+	kv_emit_u64(e, "refs", "prompt block references", b->refs);
+	kv_emit_u64(e, "unique", "distinct prompt blocks", b->unique);
+	kv_emit_u64(e, "footprint_blocks", "blocks committed in all",
+		    b->footprint);
+	kv_emit_obj_end(e);
+}
+
+void kvb_emit_memory(struct kv_emit *e, const struct kvb_opts *o,
+		     const struct agg *a)
+{
+	const struct kvb_result *s = &a->sum;
+	uint64_t slots = s->peak_used * o->geom.block_tokens;
+
+	kv_emit_obj_begin(e, "memory", "memory");
+	kv_emit_u64(e, "peak_blocks_used", "peak blocks in use",
+		    s->peak_used);
+	kv_emit_u64(e, "peak_bytes_used", "peak bytes in use",
+		    s->peak_used * a->info[0].block_bytes);
+	kv_emit_f64(e, "waste_at_peak_pct", "waste at peak (%)",
+		    slots ? 100.0 * (double)s->peak_unused / (double)slots : 0);
+	kv_emit_f64(e, "waste_mean_pct", "waste, mean (%)",
+		    s->waste_samples ?
+		    100.0 * s->waste_sum / (double)s->waste_samples : 0);
+	kv_emit_u64(e, "samples", "samples", s->waste_samples);
+	kv_emit_str(e, "sampled", "sampled",
+		    "after each request's output: kvd's blocks in use (ref > 0), unused slots of all open requests");
+	kv_emit_obj_end(e);
+}
+
+static void emit_sim(struct kv_emit *e, const char *key, const char *label,
+		     const struct kvb_alloc_sim *m, uint64_t tb)
+{
+	kv_emit_obj_begin(e, key, label);
+	kv_emit_u64(e, "peak_live", "live requests at peak", m->peak_live);
+	kv_emit_u64(e, "static_bytes", "static (max len)",
+		    m->static_slots * tb);
+	kv_emit_u64(e, "chunked_bytes", "chunked (256 tokens)",
+		    m->chunked_slots * tb);
+	kv_emit_u64(e, "paged_bytes", "paged, no sharing",
+		    m->paged_slots * tb);
+	kv_emit_u64(e, "paged_shared_bytes", "paged + sharing (ideal)",
+		    m->shared_slots * tb);
+	kv_emit_obj_end(e);
+}
+
+void kvb_emit_allocators(struct kv_emit *e, const struct kvb_opts *o,
+			 const struct agg *a)
+{
+	const struct kvb_alloc_sim *m = a->have_run ? &a->run : &a->sim;
+	uint64_t tb = a->info[0].block_bytes / o->geom.block_tokens;
+	uint64_t kvd = a->sum.peak_used * a->info[0].block_bytes;
+
+	kv_emit_obj_begin(e, "allocators", "allocators (peak bytes)");
+	kv_emit_u64(e, "max_model_len", "max model len", o->max_model_len);
+	kv_emit_u64(e, "chunk_tokens", "chunk (tokens)", KVB_CHUNK_TOKENS);
+	kv_emit_u64(e, "bytes_per_token", "bytes per token", tb);
+	emit_sim(e, "offline", "offline schedule (i % procs, last --live each)",
+		 &a->sim, tb);
+	if (a->have_run)
+		emit_sim(e, "as_run", "as run (each request from open to close)",
+			 &a->run, tb);
+	kv_emit_u64(e, "kvd_bytes", "kvd (measured)", kvd);
+	kv_emit_str(e, "ratios_over", "ratios over",
+		    a->have_run ? "as run" : "offline");
+	kv_emit_f64(e, "static_vs_kvd", "static / kvd",
+		    ratio(m->static_slots * tb, kvd));
+	kv_emit_f64(e, "chunked_vs_kvd", "chunked / kvd",
+		    ratio(m->chunked_slots * tb, kvd));
+	kv_emit_f64(e, "paged_vs_kvd", "paged / kvd",
+		    ratio(m->paged_slots * tb, kvd));
+	kv_emit_f64(e, "kvd_vs_ideal", "kvd / ideal sharing",
+		    ratio(kvd, m->shared_slots * tb));
+	kv_emit_obj_end(e);
+}

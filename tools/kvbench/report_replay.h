@@ -1,0 +1,33 @@
+/* SPDX-License-Identifier: MIT */
+/* The replay's sections of the report (report_replay.c). */
+#ifndef KVB_REPORT_REPLAY_H
+#define KVB_REPORT_REPLAY_H
+
+#include "kvbench.h"
+#include "../emit.h"
+
+/* The model and its geometry (the load's config and the replay's). */
+void kvb_emit_geometry(struct kv_emit *e, const struct kvb_opts *o,
+		       const struct agg *a);
+
+/* One row per process; with --models, its model after pid. */
+void kvb_emit_replay_procs(struct kv_emit *e, const struct kvb_opts *o,
+			   const struct child *ch, unsigned n);
+
+void kvb_emit_replay_config(struct kv_emit *e, const struct kvb_opts *o,
+			    const struct agg *a);
+
+void kvb_emit_trace(struct kv_emit *e, const struct kvb_opts *o);
+
+void kvb_emit_replay_results(struct kv_emit *e, const struct kvb_opts *o,
+			     const struct agg *a);
+
+void kvb_emit_bound(struct kv_emit *e, const struct agg *a);
+
+void kvb_emit_memory(struct kv_emit *e, const struct kvb_opts *o,
+		     const struct agg *a);
+
+void kvb_emit_allocators(struct kv_emit *e, const struct kvb_opts *o,
+			 const struct agg *a);
+
+#endif /* KVB_REPORT_REPLAY_H */

@@ -1,0 +1,212 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The flow of the load and replay modes: a private kvd if asked, probe
+ * kvd once per model, the offline figures, run the fleet, then the
+ * stats after the run, the report and the exit status.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bound.h"
+#include "fleet.h"
+#include "kvd.h"
+#include "report.h"
+#include "run.h"
+#include "series.h"
+
+/* Connect once per model: kvd is there, takes it, and a request fits. */
+static int probe_model(const struct kvb_opts *o, struct agg *a, unsigned m)
+{
+	struct kv_pool_info *info = &a->info[m];
+	struct kv_client *c;
+	int ret;
+
+	if (kvb_connect(o, m, &c, "cannot use kvd"))
+		return 1;
+	kv_pool_info(c, info);
+	if (info->backend == KV_BACKEND_CUDA && !m)
+		fprintf(stderr, "kvbench: the pool is on GPU %d: block bytes are not written or verified (tests/gpu checks them on the device)\n",
+			info->device);
+	ret = kv_stats(c, &a->before[m]);
+	kv_disconnect(c);
+	if (ret) {
+		fprintf(stderr, "kvbench: STATS: %s\n", strerror(-ret));
+		return 1;
+	}
+	if (o->max_req_blocks > info->max_blocks) {
+		if (o->mode == KVB_MODE_REPLAY)
+			fprintf(stderr, "kvbench: the longest request (%u tokens) needs %u blocks; the pool holds only %u blocks of %llu bytes%s%s\n",
+				o->tr->max_total, o->max_req_blocks,
+				info->max_blocks,
+				(unsigned long long)info->block_bytes,
+				o->models > 1 ? " for model " : "",
+				o->models > 1 ? o->mdl[m].id : "");
+		else
+			fprintf(stderr, "kvbench: --max-tokens %u needs %u-block requests; the pool holds only %u blocks of %llu bytes\n",
+				o->max_tokens, o->max_req_blocks,
+				info->max_blocks,
+				(unsigned long long)info->block_bytes);
+		return 2;
+	}
+	if (info->block_bytes % sizeof(uint64_t)) {
+		fprintf(stderr, "kvbench: %llu-byte blocks: not a whole number of 64-bit words\n",
+			(unsigned long long)info->block_bytes);
+		return 1;
+	}
+	return 0;
+}
+
+/* Each model, and the admin socket when there are samples to take. */
+static int probe(const struct kvb_opts *o, struct agg *a)
+{
+	struct kv_admin_status st;
+	int ret;
+
+	for (unsigned m = 0; m < o->models; m++) {
+		ret = probe_model(o, a, m);
+		if (ret)
+			return ret;
+	}
+	if (!o->sample_ms && !o->perf_stat)
+		return 0;
+	a->reply = malloc(KV_ADMIN_REPLY_MAX);
+	if (!a->reply) {
+		fprintf(stderr, "kvbench: out of memory\n");
+		return 1;
+	}
+	ret = kvb_admin_status(o, a, &st);
+	if (ret < 0) {
+		fprintf(stderr, "kvbench: admin socket %s: %s (the time series and --perf-stat need it; see --admin-socket)\n",
+			o->admin_path, strerror(-ret));
+		return 1;
+	}
+	return 0;
+}
+
+static int final_stats(const struct kvb_opts *o, struct agg *a)
+{
+	int ret = 0, err;
+
+	for (unsigned m = 0; m < o->models; m++) {
+		struct kv_client *c = a->mon[m];
+
+		if (!c && kvb_connect(o, m, &c, "pool stats after the run")) {
+			ret = -1;
+			continue;
+		}
+		err = kv_stats(c, &a->after[m]);
+		kv_disconnect(c);
+		a->mon[m] = NULL;
+		if (err) {
+			fprintf(stderr, "kvbench: STATS: %s\n", strerror(-err));
+			ret = -1;
+		}
+	}
+	a->have_after = !ret;
+	return ret;
+}
+
+/* Aggregate, report, and decide the exit status; closes @json. */
+static int finish(const struct kvb_opts *o, struct agg *a, struct child *ch,
+		  FILE *json, bool ok)
+{
+	if (kvb_aggregate(a, ch, o->procs, o->models)) {
+		fprintf(stderr, "kvbench: out of memory for the samples\n");
+		if (json)
+			fclose(json);
+		return 1;
+	}
+	if (final_stats(o, a))
+		ok = false;
+	if (o->mode == KVB_MODE_REPLAY && o->compare)
+		kvb_replay_as_run(o, a, ch);
+	ok = ok && !a->sum.bad_blocks;
+	if (!o->quiet)
+		kvb_report(stdout, false, o, a, ch, ok);
+	if (json && kvb_write_json(o, json, a, ch, ok))
+		ok = false;
+	if (a->sum.bad_blocks)
+		fprintf(stderr, "kvbench: %llu blocks did not verify\n",
+			(unsigned long long)a->sum.bad_blocks);
+	return ok ? 0 : 1;
+}
+
+int kvb_fleet_run(struct kvb_opts *o)
+{
+	struct child *ch = NULL;
+	struct agg a = { 0 };
+	struct bench_kvd pk = { 0 };
+	FILE *json = NULL;
+	int ret;
+
+	if (o->private_pool) {
+		ret = bench_kvd_start(&pk, o->kvd_bin, o->private_pool) ? 1 : 0;
+		if (ret)
+			return ret;
+		o->socket = pk.sock;
+		if (!o->admin_socket)
+			snprintf(o->admin_path, sizeof(o->admin_path), "%s",
+				 pk.admin);
+	}
+	ret = probe(o, &a);
+	if (ret)
+		goto out;
+	if (o->mode == KVB_MODE_REPLAY) {
+		ret = kvb_replay_analyse(o, &a);
+		if (ret)
+			goto out;
+	}
+	if (o->json_path) {
+		json = fopen(o->json_path, "w");
+		if (!json) {
+			fprintf(stderr, "kvbench: --json %s: %s\n",
+				o->json_path, strerror(errno));
+			ret = 2;
+			goto out;
+		}
+	}
+	/* A process that died must not take the parent with it. */
+	signal(SIGPIPE, SIG_IGN);
+	ch = calloc(o->procs, sizeof(*ch));
+	if (!ch) {
+		fprintf(stderr, "kvbench: out of memory\n");
+		ret = 1;
+		goto out;
+	}
+	ret = kvb_run_children(o, ch, &a);
+	if (ret < 0) {
+		/* Nothing ran: no report, and no empty JSON file left. */
+		if (json) {
+			fclose(json);
+			json = NULL;
+			unlink(o->json_path);
+		}
+		ret = 1;
+		goto out;
+	}
+	ret = finish(o, &a, ch, json, !ret);
+	json = NULL;
+out:
+	if (json)
+		fclose(json);
+	for (unsigned m = 0; m < KVB_MAX_MODELS; m++)
+		if (a.mon[m])
+			kv_disconnect(a.mon[m]);
+	free(a.reply);
+	kvb_series_free(&a.ts);
+	for (unsigned i = 0; ch && i < o->procs; i++) {
+		for (int k = 0; k < KVB_NR_OPS; k++)
+			free(ch[i].samp[k]);
+		free(ch[i].spans);
+	}
+	free(ch);
+	for (int k = 0; k < KVB_NR_OPS; k++)
+		free(a.samp[k]);
+	if (o->private_pool)
+		bench_kvd_stop(&pk);
+	return ret;
+}
