@@ -76,7 +76,7 @@ static int alloc(struct kv_client *c, unsigned nr, kv_block_t *ids,
 
 	if (ret)
 		return ret;
-	kv_prep_alloc(&sqe, nr, 0);
+	kv_prep_alloc(&sqe, 0, nr);
 	if (timeout_ms && kv_sqe_set_wait(&sqe, timeout_ms))
 		return -EINVAL;
 	ret = __kv_sync_op(c, &sqe);

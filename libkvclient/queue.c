@@ -361,7 +361,7 @@ void kv_prep_nop(struct kv_sqe *sqe)
 	sqe->opcode = KV_OP_NOP;
 }
 
-void kv_prep_alloc(struct kv_sqe *sqe, unsigned nr, uint32_t ids_off)
+void kv_prep_alloc(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
 {
 	sqe->opcode = KV_OP_ALLOC;
 	sqe->nr = nr;

@@ -167,7 +167,7 @@ unsigned kv_sq_space_left(const struct kv_client *c);
  * caller must hold each id); STATS writes a struct kv_stats.
  */
 void kv_prep_nop(struct kv_sqe *sqe);
-void kv_prep_alloc(struct kv_sqe *sqe, unsigned nr, uint32_t ids_off);
+void kv_prep_alloc(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
 void kv_prep_release(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
 void kv_prep_ref(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr);
 void kv_prep_stats(struct kv_sqe *sqe, uint32_t stats_off);

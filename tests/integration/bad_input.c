@@ -57,19 +57,19 @@ static void bad_sqes(struct kv_client *c)
 	T_EQ(raw_sqe(c, &s), -EOPNOTSUPP);
 
 	memset(&s, 0, sizeof(s));
-	kv_prep_alloc(&s, 4, data);		/* just past the data area */
+	kv_prep_alloc(&s, data, 4);		/* just past the data area */
 	T_EQ(raw_sqe(c, &s), -EFAULT);
-	kv_prep_alloc(&s, 4, data - 8);		/* straddles its end */
+	kv_prep_alloc(&s, data - 8, 4);		/* straddles its end */
 	T_EQ(raw_sqe(c, &s), -EFAULT);
-	kv_prep_alloc(&s, 0x40000000, 0);	/* nr * 4 overflows 32 bits */
+	kv_prep_alloc(&s, 0, 0x40000000);	/* nr * 4 overflows 32 bits */
 	T_EQ(raw_sqe(c, &s), -EFAULT);
-	kv_prep_alloc(&s, 4, 0xfffffffc);
+	kv_prep_alloc(&s, 0xfffffffc, 4);
 	T_EQ(raw_sqe(c, &s), -EFAULT);
-	kv_prep_alloc(&s, 4, 2);		/* misaligned */
+	kv_prep_alloc(&s, 2, 4);		/* misaligned */
 	T_EQ(raw_sqe(c, &s), -EINVAL);
 	kv_prep_alloc(&s, 0, 0);		/* n = 0 */
 	T_EQ(raw_sqe(c, &s), -EINVAL);
-	kv_prep_alloc(&s, 4, 0);
+	kv_prep_alloc(&s, 0, 4);
 	s.flags = 0x80;
 	T_EQ(raw_sqe(c, &s), -EINVAL);
 	s.flags = 0;
@@ -302,7 +302,7 @@ static void too_many_ids(void)
 	p.data_bytes = 1 << 20;
 	T_EQ(kv_connect(&p, &c), 0);
 	memset(&s, 0, sizeof(s));
-	kv_prep_alloc(&s, KV_MAX_IDS + 1, 0);
+	kv_prep_alloc(&s, 0, KV_MAX_IDS + 1);
 	T_EQ(raw_sqe(c, &s), -E2BIG);
 	kv_prep_release(&s, 0, KV_MAX_IDS + 1);
 	T_EQ(raw_sqe(c, &s), -E2BIG);

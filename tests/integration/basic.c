@@ -56,7 +56,7 @@ int main(void)
 		struct kv_sqe *sqe = kv_get_sqe(c);
 
 		T_ASSERT(sqe);
-		kv_prep_alloc(sqe, 4, i * 16);
+		kv_prep_alloc(sqe, i * 16, 4);
 		kv_sqe_set_data64(sqe, 100 + i);
 	}
 	T_EQ(kv_submit_and_wait(c, 16), 16);

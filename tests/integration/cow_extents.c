@@ -170,7 +170,7 @@ static void many_extents(void)
 	t_kvd_start(&k, "1G", "--extent-size", "2M", NULL);
 	T_EQ(t_connect(&k, "big", &g, &c), 0);		/* 256 KiB blocks */
 	sqe = kv_get_sqe(c);
-	kv_prep_alloc(sqe, n, 0);
+	kv_prep_alloc(sqe, 0, n);
 	T_EQ(kv_submit(c), 1);
 	for (int i = 0; (ret = kv_peek_cqe(c, &cqe)) == -EAGAIN; i++) {
 		T_ASSERT(i < 20000);

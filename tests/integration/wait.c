@@ -157,7 +157,7 @@ int main(void)
 	T_EQ(cqe->res, -EINVAL);
 	kv_cqe_seen(b, cqe);
 	sqe = kv_get_sqe(b);
-	kv_prep_alloc(sqe, 1, 0);
+	kv_prep_alloc(sqe, 0, 1);
 	sqe->flags = KV_SQE_WAIT;
 	sqe->args[3] = 0;		/* no timeout */
 	T_EQ(kv_submit(b), 1);
@@ -167,7 +167,7 @@ int main(void)
 
 	/* asynchronous: the wait completes when a's blocks go */
 	sqe = kv_get_sqe(b);
-	kv_prep_alloc(sqe, 4, 0);
+	kv_prep_alloc(sqe, 0, 4);
 	T_EQ(kv_sqe_set_wait(sqe, 5000), 0);
 	T_EQ(kv_submit(b), 1);
 	usleep(100000);

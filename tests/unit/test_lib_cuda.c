@@ -285,7 +285,7 @@ static void test_submit_fences(void **state)
 	mock_since(&mark);
 
 	sqe = kv_get_sqe(c);
-	kv_prep_alloc(sqe, 1, 0);
+	kv_prep_alloc(sqe, 0, 1);
 	assert_int_equal(kv_submit(c), 1);
 	assert_string_equal(mock_since(&mark), "");
 	words[0] = 1;	/* kvd took it */

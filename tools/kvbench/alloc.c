@@ -208,7 +208,7 @@ static int prep_batch(struct worker *w, struct req *(*get)(struct worker *,
 			return -ENOSPC;
 		}
 		if (alloc) {
-			kv_prep_alloc(sqe, q->nblocks, off);
+			kv_prep_alloc(sqe, off, q->nblocks);
 		} else {
 			memcpy(d, q->ids, len);
 			kv_prep_release(sqe, off, q->nblocks);

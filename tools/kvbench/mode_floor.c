@@ -284,7 +284,7 @@ static int fl_kvd_pair_trips(struct kv_client *c, unsigned iters,
 		kv_prep_release(sqe, 0, 1);
 		if (!(sqe = kv_get_sqe(c)))
 			return -1;
-		kv_prep_alloc(sqe, 1, 64);
+		kv_prep_alloc(sqe, 64, 1);
 		if (kv_submit_and_wait(c, 2) < 0 ||
 		    kv_peek_batch_cqe(c, cqes, 2) != 2 || cqes[0]->res != 1 ||
 		    cqes[1]->res != 1)
