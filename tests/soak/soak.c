@@ -17,8 +17,9 @@
  * namespace (leaked blocks), no page left once the cache is evicted, no
  * content mismatch, no unexpected error, kvd exits cleanly.
  *
- * soak [-t SECONDS] [-s SEED]; SOAK_SECONDS (default 60). The integration
- * test soak_short includes this file with SOAK_SHORT defined (7 s).
+ * soak_main() parses [-t SECONDS] [-s SEED] and calls soak_run(): the
+ * program soak (tests/soak/main.c, SOAK_SECONDS, default 60) and the
+ * integration test soak_short (7 s) both link this file.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -30,13 +31,7 @@
 #include <unistd.h>
 
 #include "../integration/harness.h"
-
-#ifdef SOAK_SHORT
-/* make test runs it on both event loops; SOAK_SECONDS is not read */
-#define SOAK_DEFAULT_S	7
-#else
-#define SOAK_DEFAULT_S	60
-#endif
+#include "soak.h"
 
 #define NCLIENTS	8
 #define POOL		"16M"		/* 2048 blocks of 8 KiB */
@@ -876,34 +871,11 @@ static int report(struct run *r, unsigned seconds)
 	return 0;
 }
 
-int main(int argc, char **argv)
+int soak_run(unsigned seconds, uint64_t seed)
 {
-#ifdef SOAK_SHORT
-	const char *env = NULL;
-#else
-	const char *env = getenv("SOAK_SECONDS");
-#endif
-	unsigned seconds = env ? (unsigned)atoi(env) : SOAK_DEFAULT_S;
-	struct run r = { .seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() };
-	int opt, bad;
+	struct run r = { .seed = seed, .rng = mix64(seed) | 1 };
+	int bad;
 
-	while ((opt = getopt(argc, argv, "t:s:")) != -1) {
-		switch (opt) {
-		case 't':
-			seconds = (unsigned)atoi(optarg);
-			break;
-		case 's':
-			r.seed = strtoull(optarg, NULL, 0);
-			break;
-		default:
-			fprintf(stderr, "usage: %s [-t SECONDS] [-s SEED]\n",
-				argv[0]);
-			return 2;
-		}
-	}
-	if (!seconds)
-		seconds = SOAK_DEFAULT_S;
-	r.rng = mix64(r.seed) | 1;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE,
 		  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -916,4 +888,29 @@ int main(int argc, char **argv)
 	t_kvd_stop(&k);
 	printf("%s\n", bad ? "FAIL" : "PASS");
 	return bad;
+}
+
+int soak_main(int argc, char **argv, const char *env, unsigned default_s)
+{
+	unsigned seconds = env ? (unsigned)atoi(env) : default_s;
+	uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid();
+	int opt;
+
+	while ((opt = getopt(argc, argv, "t:s:")) != -1) {
+		switch (opt) {
+		case 't':
+			seconds = (unsigned)atoi(optarg);
+			break;
+		case 's':
+			seed = strtoull(optarg, NULL, 0);
+			break;
+		default:
+			fprintf(stderr, "usage: %s [-t SECONDS] [-s SEED]\n",
+				argv[0]);
+			return 2;
+		}
+	}
+	if (!seconds)
+		seconds = default_s;
+	return soak_run(seconds, seed);
 }
