@@ -67,12 +67,12 @@ endif
 all: $(O)/kvd $(LIB) $(KERNELS_LIB) $(TOOLS) kernels
 
 # The Debian packages (scripts/install-deps.sh, apt): never by a plain
-# `make`, first (before any compile) when a goal is one of README's
-# set-up commands; .ci/run calls the script itself.
+# `make`; before any compile when a goal is one of README's set-up
+# commands or deps itself (`make deps all`); .ci/run calls the script.
 deps:
 	$(Q)sh scripts/install-deps.sh
 
-SETUP_GOALS	:= demo test check bench
+SETUP_GOALS	:= deps demo test check bench
 DEPS_FIRST	:= $(if $(filter $(SETUP_GOALS),$(MAKECMDGOALS)),deps)
 
 $(O)/obj/%.o: %.c | $(DEPS_FIRST)

@@ -55,7 +55,7 @@ stop_kvd() {
 
 echo "== GPU: $(nvidia-smi -L 2>/dev/null | head -1)"
 echo "== build"
-if ! make -j"$(nproc)" all kernels "$O"/tests/unit/test_cuda \
+if ! make -j"$(nproc)" deps all kernels "$O"/tests/unit/test_cuda \
 	"$O"/tests/unit/test_lib_cuda >"$D/build.log" 2>&1; then
 	tail -40 "$D/build.log"
 	fail "build with CUDA"
