@@ -252,8 +252,8 @@ FUZZ_SAN	:= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 		   -fno-sanitize-recover=undefined
 FUZZ_BINS	:= $(FUZZ_TARGETS:%=$(FUZZ_O)/fuzz_%)
 FUZZ_UTIL	:= $(FUZZ_O)/obj/tests/fuzz/fuzz_util.o
-# The daemon's modules as the unit tests link them; kvd_log and
-# kvd_now_ns wrapped (tests/fuzz/fuzz_kvd.c).
+# The daemon's modules but main.c, and the CUDA driver table; kvd_log
+# and kvd_now_ns wrapped (tests/fuzz/fuzz_kvd.c).
 FUZZ_KVD_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(filter-out kvd/main.c,$(KVD_SRCS)) \
 		   libkvclient/cudadrv.c) $(FUZZ_O)/obj/tests/fuzz/fuzz_kvd.o
 FUZZ_KVD_LD	:= -Wl,--wrap=kvd_log -Wl,--wrap=kvd_now_ns -luring -lxxhash -ldl -lm
