@@ -155,8 +155,9 @@ $(O)/tests/integration/%: $(O)/obj/tests/integration/%.o $(O)/obj/tests/integrat
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB_LINK) -ldl
 
-# soak_short runs the soak test (tests/soak/soak.c) for 7 s.
-$(O)/tests/integration/soak_short: $(O)/obj/tests/soak/soak.o
+# soak_short runs the soak test (tests/soak/) for 7 s.
+SOAK_OBJS	:= $(O)/obj/tests/soak/soak.o $(O)/obj/tests/soak/client.o
+$(O)/tests/integration/soak_short: $(SOAK_OBJS)
 
 # CUDA kernels (kernels/*.cu): compiled for Hopper (sm_90) and PTX, and
 # linked with the static CUDA runtime, whenever nvcc exists. Warnings of
@@ -331,11 +332,10 @@ ring-stress: $(RING_STRESS)
 # checks, killed with SIGKILL and restarted at random, then the books
 # checked: `make soak` for SOAK_SECONDS (60; tests/soak/main.c). A 7 s
 # run of the same code is the integration test soak_short
-# (tests/integration/soak_short.c, linked with soak.o above).
+# (tests/integration/soak_short.c, linked with SOAK_OBJS above).
 SOAK		:= $(O)/tests/soak/soak
 
-$(SOAK): $(O)/obj/tests/soak/main.o $(O)/obj/tests/soak/soak.o \
-	 $(O)/obj/tests/integration/harness.o $(LIB)
+$(SOAK): $(O)/obj/tests/soak/main.o $(SOAK_OBJS) $(O)/obj/tests/integration/harness.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB_LINK) -ldl
