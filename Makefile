@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: MIT
 # kvd: daemon, client library, tools, tests, man pages.
-#   make          build everything (installs missing Debian packages first)
-#   make test     unit + integration tests, man page lint, clang build check
-#   make demo     kvd on the host backend + kvbench with 4 engine processes
-#   make bench    benchmarks on private kvds and one summary table (not tests)
+#   make          build everything (installs nothing)
+#   make deps     install the missing Debian packages (scripts/install-deps.sh)
+#   make test     deps, then unit + integration tests, man page lint, clang check
+#   make demo     deps, then kvd on the host backend + kvbench with 4 engines
+#   make bench    deps, then benchmarks on private kvds and one summary table
 #   make soak     60 s of 8 clients killed and restarted at random (SOAK_SECONDS)
 #   make tsan     the ring stress test under ThreadSanitizer (build-tsan/)
 #   make valgrind integration tests with kvd and clients under valgrind
@@ -13,11 +14,14 @@
 VERSION		:= $(shell cat VERSION)
 VERSION_MAJOR	:= $(word 1,$(subst ., ,$(VERSION)))
 SONAME		:= libkvclient.so.$(VERSION_MAJOR)
+KERNELS_SONAME	:= libkvkernels.so.$(VERSION_MAJOR)
 
 CC		?= gcc
 CFLAGS		?= -O2 -g
 WARN		:= -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 BASE_CFLAGS	:= -std=gnu11 -D_GNU_SOURCE -Iinclude -DKV_VERSION=\"$(VERSION)\" $(WARN)
+# Every compile writes its header dependencies beside the object (.d).
+DEPFLAGS	:= -MMD -MP
 O		?= build
 PREFIX		?= /usr/local
 
@@ -41,18 +45,19 @@ LIBUNIT_SRCS	:= $(wildcard tests/unit/test_lib_*.c)
 INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
 
 KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o) $(O)/obj/libkvclient/cudadrv.o
-# The kernels' C references (kv_ref_*, kv_layout_init, ...) are in the library.
-LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o) $(KERNEL_SRCS:%.c=$(O)/pic/%.o)
+LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o)
 KVD_CORE_OBJS	:= $(filter-out $(O)/obj/kvd/main.o,$(KVD_OBJS))
+# The kernels' C references (kv_ref_*, kv_layout_init, ...): libkvkernels.
+KERNELS_OBJS	:= $(KERNEL_SRCS:%.c=$(O)/pic/%.o)
 KERNEL_REF_OBJS	:= $(KERNEL_SRCS:%.c=$(O)/obj/%.o)
 
 LIB		:= $(O)/$(SONAME)
+KERNELS_LIB	:= $(O)/$(KERNELS_SONAME)
 UNIT_BINS	:= $(UNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%) \
 		   $(LIBUNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%)
 LIB_LIBS	:= -lxxhash -lcrypto -ldl -lm
 INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
 TOOLS		:= $(O)/kvctl $(O)/kvbench
-DEPS_STAMP	:= $(O)/.deps-ok
 
 ifeq ($(V),1)
 Q :=
@@ -60,22 +65,26 @@ else
 Q := @
 endif
 
-all: $(O)/kvd $(LIB) $(TOOLS) kernels
+all: $(O)/kvd $(LIB) $(KERNELS_LIB) $(TOOLS) kernels
 
-$(DEPS_STAMP): scripts/install-deps.sh
-	@mkdir -p $(O)
+# The Debian packages (scripts/install-deps.sh, apt): never by a plain
+# `make`; before any compile when a goal is one of README's set-up
+# commands or deps itself (`make deps all`); .ci/run calls the script.
+deps:
 	$(Q)sh scripts/install-deps.sh
-	@touch $@
 
-$(O)/obj/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h tools/*.h tools/kvbench/*.h tests/integration/*.h kernels/*.h libkvclient/*.h)
+SETUP_GOALS	:= deps demo test check bench gpu-bundle
+DEPS_FIRST	:= $(if $(filter $(SETUP_GOALS),$(MAKECMDGOALS)),deps)
+
+$(O)/obj/%.o: %.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -Ikernels $(CFLAGS) -c -o $@ $<
 
-$(O)/pic/%.o: %.c $(DEPS_STAMP) $(wildcard include/kv/*.h libkvclient/*.h kernels/*.h)
+$(O)/pic/%.o: %.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (pic)"
-	$(Q)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
+	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) $(CFLAGS) -fPIC -c -o $@ $<
 
 $(O)/kvd: $(KVD_OBJS)
 	@echo "  LD      $@"
@@ -87,8 +96,17 @@ $(LIB): $(LIB_OBJS) libkvclient/libkvclient.map
 		-Wl,--version-script=libkvclient/libkvclient.map -o $@ $(LIB_OBJS) $(LIB_LIBS)
 	$(Q)ln -sf $(SONAME) $(O)/libkvclient.so
 
-LIB_LINK	:= -L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..' \
-		   -Wl,-rpath,$(PREFIX)/lib
+# The kernels' C references, their own library: libkvclient does not call
+# them and they do not call libkvclient.
+$(KERNELS_LIB): $(KERNELS_OBJS) kernels/libkvkernels.map
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,$(KERNELS_SONAME) \
+		-Wl,--version-script=kernels/libkvkernels.map -o $@ $(KERNELS_OBJS) -lm
+	$(Q)ln -sf $(KERNELS_SONAME) $(O)/libkvkernels.so
+
+LIB_RPATH	:= -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..' -Wl,-rpath,$(PREFIX)/lib
+LIB_LINK	:= -L$(O) -lkvclient $(LIB_RPATH)
+KERNELS_LINK	:= -L$(O) -lkvkernels $(LIB_RPATH)
 
 $(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o $(O)/obj/tools/admin.o
 	@echo "  LD      $@"
@@ -107,20 +125,42 @@ $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka $(LIB_LIBS)
 
-# Unit tests link only the daemon modules (and cmocka).
-$(O)/tests/unit/%: $(O)/tests/unit/%.o $(KVD_CORE_OBJS) $(KERNEL_REF_OBJS)
+# Other unit tests: each links the daemon modules it tests and what they
+# call (the lists below), cmocka and the system libraries.
+kvd_objs	= $(patsubst %,$(O)/obj/kvd/%.o,$(1))
+UNIT_LDLIBS	:= -lcmocka -luring -lxxhash -ldl -lm
+# test_ns and test_prefix: all of the daemon's modules until kvd/ns.c and
+# kvd/prefix.c are split; narrow UNIT_NS_OBJS then.
+UNIT_NS_OBJS	:= $(KVD_CORE_OBJS)
+# test_abi links nothing but itself.
+$(O)/tests/unit/test_config:	$(call kvd_objs,config conf_parse options)
+$(O)/tests/unit/test_options:	$(call kvd_objs,config conf_parse options)
+$(O)/tests/unit/test_cuda:	$(call kvd_objs,cuda extent pool log) $(O)/obj/libkvclient/cudadrv.o
+$(O)/tests/unit/test_pool:	$(call kvd_objs,pool log)
+$(O)/tests/unit/test_ring:	$(call kvd_objs,ring opdef ns prefix extent pool log)
+$(O)/tests/unit/test_ns:	$(UNIT_NS_OBJS)
+$(O)/tests/unit/test_prefix:	$(UNIT_NS_OBJS)
+# The kernels' references: through their library, as an engine links them.
+$(O)/tests/unit/test_kernels_attn $(O)/tests/unit/test_kernels_convert \
+	$(O)/tests/unit/test_kernels_ref: $(KERNELS_LIB)
+$(O)/tests/unit/test_kernels_%: UNIT_LDLIBS += $(KERNELS_LINK)
+$(O)/tests/unit/%: $(O)/tests/unit/%.o
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -lcmocka -luring -lxxhash -ldl -lm
+	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(UNIT_LDLIBS)
 
-$(O)/tests/unit/%.o: tests/unit/%.c $(DEPS_STAMP) $(wildcard include/kv/*.h kvd/*.h kvd/*.c kernels/*.h tests/unit/*.h libkvclient/*.h)
+$(O)/tests/unit/%.o: tests/unit/%.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
-	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd -Ikernels $(CFLAGS) -c -o $@ $<
+	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -Ikvd -Ikernels $(CFLAGS) -c -o $@ $<
 
 $(O)/tests/integration/%: $(O)/obj/tests/integration/%.o $(O)/obj/tests/integration/harness.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/obj/tests/integration/harness.o $(LIB_LINK) -ldl
+	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB_LINK) -ldl
+
+# soak_short runs the soak test (tests/soak/) for 7 s.
+SOAK_OBJS	:= $(O)/obj/tests/soak/soak.o $(O)/obj/tests/soak/client.o
+$(O)/tests/integration/soak_short: $(SOAK_OBJS)
 
 # CUDA kernels (kernels/*.cu): compiled for Hopper (sm_90) and PTX, and
 # linked with the static CUDA runtime, whenever nvcc exists. Warnings of
@@ -139,30 +179,32 @@ GPU_CHECKS	:= $(O)/tests/gpu/kernels_check $(O)/tests/gpu/decode_bench
 $(O)/obj/kernels/paged_attention.cu.o $(O)/obj/kernels/copy_blocks.cu.o: \
 	NVCC_EXTRA := -Xptxas -warn-spills
 
-$(O)/obj/kernels/%.cu.o: kernels/%.cu kernels/kv_kernels.h include/kv/kernels.h include/kv/abi.h
+$(O)/obj/kernels/%.cu.o: kernels/%.cu | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  NVCC    $<"
-	$(Q)$(NVCC) $(NVCC_FLAGS) $(NVCC_EXTRA) -c -o $@ $<
+	$(Q)$(NVCC) $(NVCC_FLAGS) $(DEPFLAGS) $(NVCC_EXTRA) -c -o $@ $<
 
-# The CUDA kernels and the C code they share with the references.
+# The static libkvkernels with the CUDA kernels: the same C code as
+# libkvkernels.so (references, layout and argument checks, conversions,
+# scales) and the kv_cuda_* kernels. Link it instead of -lkvkernels.
 $(O)/libkvkernels.a: $(KERNEL_OBJS) $(KERNEL_REF_OBJS)
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # Host programs linked with the kernels (tests/gpu/run.sh runs them):
 # kernels_check against the C references, decode_bench's bandwidth table.
-$(GPU_CHECKS): $(O)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_util.h $(O)/libkvkernels.a $(LIB)
+$(GPU_CHECKS): $(O)/tests/gpu/%: tests/gpu/%.c $(O)/libkvkernels.a $(LIB) | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(BASE_CFLAGS) -Ikernels -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \
+	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -Ikernels -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \
 		$(O)/libkvkernels.a -L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN/../..' $(CUDA_LIBS)
 
 # Two engine processes on the cuda backend (tests/gpu/run.sh): the CUDA
 # runtime, linked statically, writes and reads blocks on the device.
-$(O)/tests/gpu/cuda_clients: tests/gpu/cuda_clients.c $(LIB)
+$(O)/tests/gpu/cuda_clients: tests/gpu/cuda_clients.c $(LIB) | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(BASE_CFLAGS) -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \
+	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -I$(CUDA_HOME)/include $(CFLAGS) -o $@ $< \
 		-L$(O) -lkvclient -Wl,-rpath,'$$ORIGIN/../..' \
 		-L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread
 
@@ -193,14 +235,15 @@ gpu-bundle: all kernels $(O)/tests/unit/test_cuda $(O)/tests/unit/test_lib_cuda
 test: all $(UNIT_BINS) $(INTEG_BINS) man-check clang-check
 	$(Q)O=$(O) sh tests/runtests.sh
 
-# Every exported kv_ symbol has a man3 page, and every page lints clean.
-man-check: $(LIB)
-	$(Q)sh tests/man-check.sh $(LIB)
+# Every kv_ symbol either library exports has a man3 page, and every
+# page lints clean.
+man-check: $(LIB) $(KERNELS_LIB) | $(DEPS_FIRST)
+	$(Q)sh tests/man-check.sh $(LIB) $(KERNELS_LIB)
 
 # The tree must also build warning-free under clang.
-clang-check: $(DEPS_STAMP)
+clang-check: | $(DEPS_FIRST)
 	@echo "  CLANG   -fsyntax-only $(words $(KVD_SRCS) $(LIB_SRCS)) files + tools + tests"
-	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) $(wildcard kernels/*.c) tools/*.c tools/kvbench/*.c tests/unit/*.c tests/integration/*.c; do \
+	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) $(wildcard kernels/*.c) tools/*.c tools/kvbench/*.c tests/unit/*.c tests/integration/*.c tests/soak/*.c; do \
 		clang $(BASE_CFLAGS) -Ikvd -Ikernels -fsyntax-only $$f || exit 1; done
 
 # The whole suite again under AddressSanitizer and UBSan, in build-check/.
@@ -224,17 +267,18 @@ FUZZ_SAN	:= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 		   -fno-sanitize-recover=undefined
 FUZZ_BINS	:= $(FUZZ_TARGETS:%=$(FUZZ_O)/fuzz_%)
 FUZZ_UTIL	:= $(FUZZ_O)/obj/tests/fuzz/fuzz_util.o
-# The daemon's modules as the unit tests link them; kvd_log and
-# kvd_now_ns wrapped (tests/fuzz/fuzz_kvd.c).
+# The daemon's modules but main.c, and the CUDA driver table; kvd_log
+# and kvd_now_ns wrapped (tests/fuzz/fuzz_kvd.c).
 FUZZ_KVD_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(filter-out kvd/main.c,$(KVD_SRCS)) \
-		   libkvclient/cudadrv.c $(KERNEL_SRCS)) $(FUZZ_O)/obj/tests/fuzz/fuzz_kvd.o
+		   libkvclient/cudadrv.c) $(FUZZ_O)/obj/tests/fuzz/fuzz_kvd.o
 FUZZ_KVD_LD	:= -Wl,--wrap=kvd_log -Wl,--wrap=kvd_now_ns -luring -lxxhash -ldl -lm
-FUZZ_LIB_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(LIB_SRCS) $(KERNEL_SRCS))
+# The library's modules (not the kernels': no fuzz target calls them).
+FUZZ_LIB_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(LIB_SRCS))
 
-$(FUZZ_O)/obj/%.o: %.c $(DEPS_STAMP) tests/fuzz/coverage.ignore $(wildcard include/kv/*.h kvd/*.h tools/*.h kernels/*.h libkvclient/*.h tests/fuzz/*.h) | fuzz-cc-check
+$(FUZZ_O)/obj/%.o: %.c tests/fuzz/coverage.ignore | fuzz-cc-check
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (fuzz)"
-	$(Q)$(FUZZ_CC) $(BASE_CFLAGS) -Ikvd -Ikernels -Itools -Itests/fuzz $(FUZZ_SAN) \
+	$(Q)$(FUZZ_CC) $(BASE_CFLAGS) $(DEPFLAGS) -Ikvd -Ikernels -Itools -Itests/fuzz $(FUZZ_SAN) \
 		-fsanitize=fuzzer-no-link \
 		-fsanitize-coverage-ignorelist=tests/fuzz/coverage.ignore -c -o $@ $<
 
@@ -275,23 +319,20 @@ fuzz-clean:
 # threads, with a fake op handler in the test. Both are compiled again,
 # unchanged, with tests/unit/ring_hooks.h forced in: around every access
 # of a shared ring word they call the test's kv_ring_hook() (yields, sleeps).
-# A link line of its own (the unit rule above brings opdef.c's
-# kvd_op_issue). 3 s in `make test`; `make ring-stress` runs it for
-# RING_STRESS_SECONDS (30).
+# A link line of its own (the hooked copies, not kvd/ring.o). 3 s in
+# `make test`; `make ring-stress` runs it for RING_STRESS_SECONDS (30).
 RING_STRESS	:= $(O)/tests/unit/test_ring_stress
 RING_HOOKED	:= $(O)/obj/tests/unit/ring_hooked.o $(O)/obj/tests/unit/queue_hooked.o
-RING_HOOK_DEPS	:= tests/unit/ring_hooks.h $(DEPS_STAMP) \
-		   $(wildcard include/kv/*.h kvd/*.h libkvclient/*.h)
 
-$(O)/obj/tests/unit/ring_hooked.o: kvd/ring.c $(RING_HOOK_DEPS)
+$(O)/obj/tests/unit/ring_hooked.o: kvd/ring.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (ring hooks)"
-	$(Q)$(CC) $(BASE_CFLAGS) -Ikvd $(CFLAGS) -include tests/unit/ring_hooks.h -c -o $@ $<
+	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -Ikvd $(CFLAGS) -include tests/unit/ring_hooks.h -c -o $@ $<
 
-$(O)/obj/tests/unit/queue_hooked.o: libkvclient/queue.c $(RING_HOOK_DEPS)
+$(O)/obj/tests/unit/queue_hooked.o: libkvclient/queue.c | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (ring hooks)"
-	$(Q)$(CC) $(BASE_CFLAGS) -Ilibkvclient $(CFLAGS) -include tests/unit/ring_hooks.h -c -o $@ $<
+	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -Ilibkvclient $(CFLAGS) -include tests/unit/ring_hooks.h -c -o $@ $<
 
 $(RING_STRESS): $(RING_STRESS).o $(RING_HOOKED) $(O)/obj/kvd/log.o
 	@echo "  LD      $@"
@@ -303,16 +344,15 @@ ring-stress: $(RING_STRESS)
 # ---- soak (tests/soak/soak.c) --------------------------------------------
 # kvd and 8 client processes doing random prefix-cache work with content
 # checks, killed with SIGKILL and restarted at random, then the books
-# checked: `make soak` for SOAK_SECONDS (60). A 7 s run of the same code
-# is the integration test soak_short (tests/integration/soak_short.c).
+# checked: `make soak` for SOAK_SECONDS (60; tests/soak/main.c). A 7 s
+# run of the same code is the integration test soak_short
+# (tests/integration/soak_short.c, linked with SOAK_OBJS above).
 SOAK		:= $(O)/tests/soak/soak
 
-$(SOAK): $(O)/obj/tests/soak/soak.o $(O)/obj/tests/integration/harness.o $(LIB)
+$(SOAK): $(O)/obj/tests/soak/main.o $(SOAK_OBJS) $(O)/obj/tests/integration/harness.o $(LIB)
 	@mkdir -p $(dir $@)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $< $(O)/obj/tests/integration/harness.o $(LIB_LINK) -ldl
-
-$(O)/obj/tests/integration/soak_short.o: tests/soak/soak.c
+	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB_LINK) -ldl
 
 soak: all $(SOAK)
 	$(Q)$(SOAK)
@@ -393,8 +433,9 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/man/man8
 	install -m 755 $(O)/kvd $(DESTDIR)$(PREFIX)/sbin/kvd
 	install -m 755 $(O)/kvctl $(O)/kvbench $(DESTDIR)$(PREFIX)/bin/
-	install -m 755 $(LIB) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB) $(KERNELS_LIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvclient.so
+	ln -sf $(KERNELS_SONAME) $(DESTDIR)$(PREFIX)/lib/libkvkernels.so
 	install -m 644 include/kv/*.h $(DESTDIR)$(PREFIX)/include/kv/
 	cp -P man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
 	for f in man/man7/*.7; do [ ! -e "$$f" ] || cp -P "$$f" $(DESTDIR)$(PREFIX)/share/man/man7/; done
@@ -406,6 +447,9 @@ install: all
 clean:
 	rm -rf $(O)
 
-.PHONY: all test check man-check clang-check demo install clean kernels kernels-usage \
+# The header dependencies the compiles wrote (DEPFLAGS).
+-include $(shell find $(O) $(FUZZ_O) -name '*.d' 2>/dev/null)
+
+.PHONY: all deps test check man-check clang-check demo install clean kernels kernels-usage \
 	ring-stress soak tsan valgrind
 .SECONDARY:

@@ -1,8 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Install the Debian packages kvd builds and tests with, when missing.
-# Run by make (once, stamp in build/) and by .ci/run; `make bench` runs
-# it with --bench, scripts/gpu-bundle.sh with --bundle.
+# Run by `make deps` (which make demo, test, check and bench run first;
+# a plain make never does) and by .ci/run; `make bench` runs it with
+# --bench, scripts/gpu-bundle.sh with --bundle.
 set -eu
 
 PKGS="build-essential clang libclang-rt-dev pkg-config liburing-dev \
