@@ -25,6 +25,10 @@ struct kvd {
 	struct kvd_tenant tenants[KVD_MAX_TENANTS];
 	const struct kvd_loop_ops *loop;	/* the event loop's backend */
 	void		*loop_priv;	/* its state (loop_uring.c, loop_epoll.c) */
+	/* the dispatcher (loop.c): every completion, from either backend;
+	 * false: the op must end now (an accept out of fds) */
+	bool		(*loop_done)(struct kvd *d, uint64_t user_data, int res,
+				     bool more);
 	struct kvd_pool	pool;
 	const struct kvd_backend *be;	/* where the pool lives (backend.h) */
 	struct kvd_cuda	*cuda;		/* the cuda backend's state */

@@ -2,11 +2,12 @@
 /*
  * The event loop, neutral of its backend: it chooses one (io_uring, else
  * epoll: loop_uring.c, loop_epoll.c, behind struct kvd_loop_ops), arms
- * through it the listening sockets' accepts, every client's control
- * socket (recvmsg) and doorbell eventfd (read), the admin connections,
- * the signalfd and a periodic tick, and takes every completion in one
- * dispatcher (kvd_loop_complete), which alone packs and unpacks
- * user_data. Between waits, every live ring is drained in turns of at
+ * through it (loop_io.c) the listening sockets' accepts, every client's
+ * control socket (recvmsg) and doorbell eventfd (read), the admin
+ * connections, the signalfd and a periodic tick, and takes every
+ * completion in one dispatcher (kvd_loop_complete, reached by the backends
+ * through d->loop_done), which unpacks user_data as loop_io.c packed it
+ * (loop_ev.h). Between waits, every live ring is drained in turns of at
  * most sq_budget units of work, so no client can starve another; before
  * sleeping, each ring gets KV_SQ_NEED_WAKEUP and is looked at once more
  * (kvd/ring.c has the ordering contract).
@@ -27,99 +28,11 @@
 #include "daemon.h"
 #include "extent.h"
 #include "loop.h"
+#include "loop_ev.h"
 #include "ring.h"
 
-/* What an op is for: the top byte of its user_data. */
-enum kvd_ev {
-	KVD_EV_ACCEPT = 1,
-	KVD_EV_ADMIN_ACCEPT,
-	KVD_EV_SIGNAL,
-	KVD_EV_TICK,
-	KVD_EV_CTRL,
-	KVD_EV_DOORBELL,
-	KVD_EV_ADMIN_RECV,
-};
-
-/* user_data: type | slot | generation (the slot's, so stale ones show) */
-static uint64_t ev_pack(int type, uint32_t slot, uint32_t gen)
-{
-	return (uint64_t)type << 56 | (uint64_t)(slot & 0xffffff) << 32 | gen;
-}
-
-static int arm(struct kvd *d, enum kvd_loop_io io, int fd, void *buf,
-	       size_t len, uint64_t user_data)
-{
-	struct kvd_loop_op op = {
-		.io = io, .fd = fd, .buf = buf, .len = len,
-		.user_data = user_data,
-	};
-
-	return d->loop->arm(d, &op);
-}
-
-static int arm_accept(struct kvd *d, int type)
-{
-	int fd = type == KVD_EV_ACCEPT ? d->listen_fd : d->admin_fd;
-
-	return arm(d, KVD_IO_ACCEPT, fd, NULL, 0, ev_pack(type, 0, 0));
-}
-
-static int arm_signal(struct kvd *d)
-{
-	return arm(d, KVD_IO_READ, d->signal_fd, d->sigbuf,
-		   sizeof(struct signalfd_siginfo), ev_pack(KVD_EV_SIGNAL, 0, 0));
-}
-
-static int arm_tick(struct kvd *d)
-{
-	return arm(d, KVD_IO_TICK, -1, NULL, 0, ev_pack(KVD_EV_TICK, 0, 0));
-}
-
-/* @c's control socket: its HELLO, later only its close (into c->msg). */
-int kvd_loop_arm_ctrl(struct kvd *d, struct kvd_client *c)
-{
-	int err = arm(d, KVD_IO_RECVMSG, c->sock, &c->msg, 0,
-		      ev_pack(KVD_EV_CTRL, c->slot, c->gen));
-
-	if (!err)
-		c->inflight++;
-	return err;
-}
-
-/* @c's doorbell: it rang (SQEs while parked). */
-int kvd_loop_arm_doorbell(struct kvd *d, struct kvd_client *c)
-{
-	int err = arm(d, KVD_IO_READ, c->sq_evfd, &c->evbuf, sizeof(c->evbuf),
-		      ev_pack(KVD_EV_DOORBELL, c->slot, c->gen));
-
-	if (!err)
-		c->inflight++;
-	return err;
-}
-
-/* Admin connection @slot's one request. */
-int kvd_loop_arm_admin(struct kvd *d, uint32_t slot)
-{
-	struct kvd_admin_conn *a = &d->adm[slot];
-
-	return arm(d, KVD_IO_RECV, a->fd, &a->req,
-		   sizeof(a->req) + sizeof(a->pad),
-		   ev_pack(KVD_EV_ADMIN_RECV, slot, a->gen));
-}
-
-/*
- * @c is killed: end its ops before its fds close. Those that end now are
- * no longer in flight; the others complete (-ECANCELED) into the
- * dispatcher, which puts them.
- */
-void kvd_loop_cancel(struct kvd *d, struct kvd_client *c)
-{
-	if (c->state == KVD_CLIENT_LIVE)
-		c->inflight -= d->loop->cancel(d, c->sq_evfd,
-				ev_pack(KVD_EV_DOORBELL, c->slot, c->gen));
-	c->inflight -= d->loop->cancel(d, c->sock,
-				ev_pack(KVD_EV_CTRL, c->slot, c->gen));
-}
+static bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res,
+			      bool more);
 
 /* Set up @ops and arm the daemon's own ops through it. */
 static int loop_start(struct kvd *d, const struct kvd_loop_ops *ops)
@@ -127,16 +40,17 @@ static int loop_start(struct kvd *d, const struct kvd_loop_ops *ops)
 	int ret;
 
 	d->loop = ops;
+	d->loop_done = kvd_loop_complete;
 	ret = ops->init(d);
 	if (ret)
 		goto out;
-	ret = arm_accept(d, KVD_EV_ACCEPT);
+	ret = kvd_loop_arm_accept(d, KVD_EV_ACCEPT);
 	if (!ret)
-		ret = arm_accept(d, KVD_EV_ADMIN_ACCEPT);
+		ret = kvd_loop_arm_accept(d, KVD_EV_ADMIN_ACCEPT);
 	if (!ret)
-		ret = arm_signal(d);
+		ret = kvd_loop_arm_signal(d);
 	if (!ret)
-		ret = arm_tick(d);
+		ret = kvd_loop_arm_tick(d);
 	if (!ret)
 		return 0;
 	ops->exit(d);
@@ -226,16 +140,16 @@ static bool on_accept(struct kvd *d, int type, int res, bool more)
 		d->accept_paused[type == KVD_EV_ACCEPT ? 0 : 1] = true;
 		return false;
 	}
-	if (!more && !d->stop && arm_accept(d, type))
+	if (!more && !d->stop && kvd_loop_arm_accept(d, type))
 		d->accept_paused[type == KVD_EV_ACCEPT ? 0 : 1] = true;
 	return true;
 }
 
 static void resume_accept(struct kvd *d)
 {
-	if (d->accept_paused[0] && !arm_accept(d, KVD_EV_ACCEPT))
+	if (d->accept_paused[0] && !kvd_loop_arm_accept(d, KVD_EV_ACCEPT))
 		d->accept_paused[0] = false;
-	if (d->accept_paused[1] && !arm_accept(d, KVD_EV_ADMIN_ACCEPT))
+	if (d->accept_paused[1] && !kvd_loop_arm_accept(d, KVD_EV_ADMIN_ACCEPT))
 		d->accept_paused[1] = false;
 }
 
@@ -271,10 +185,11 @@ static void on_client(struct kvd *d, int type, uint32_t slot, uint32_t gen,
  * armed (an accept that goes on). Both backends call it with every
  * completion. False when the op must end now: an accept out of fds.
  */
-bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res, bool more)
+static bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res,
+			      bool more)
 {
-	int type = (int)(user_data >> 56);
-	uint32_t slot = (user_data >> 32) & 0xffffff, gen = (uint32_t)user_data;
+	int type = kvd_ev_type(user_data);
+	uint32_t slot = kvd_ev_slot(user_data), gen = kvd_ev_gen(user_data);
 
 	switch (type) {
 	case KVD_EV_ACCEPT:
@@ -282,12 +197,12 @@ bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res, bool more)
 		return on_accept(d, type, res, more);
 	case KVD_EV_SIGNAL:
 		on_signal(d, res);
-		if (!d->stop && arm_signal(d))
+		if (!d->stop && kvd_loop_arm_signal(d))
 			kvd_err("cannot watch the signalfd any more");
 		break;
 	case KVD_EV_TICK:
 		on_tick(d);
-		if (arm_tick(d))
+		if (kvd_loop_arm_tick(d))
 			kvd_err("cannot arm the tick any more");
 		break;
 	case KVD_EV_ADMIN_RECV:

@@ -3,7 +3,9 @@
  * The event loop: the neutral loop (loop.c) over one seam, struct
  * kvd_loop_ops, with two backends of private state, io_uring
  * (loop_uring.c) and epoll (loop_epoll.c). Every completion of either goes
- * to one dispatcher, kvd_loop_complete().
+ * to one dispatcher in loop.c, which the backend reaches through
+ * d->loop_done: the backends call nothing above them, and the ops are
+ * armed through loop_io.c, which client.c and admin.c call.
  */
 #ifndef KVD_LOOP_H
 #define KVD_LOOP_H
@@ -34,7 +36,7 @@ enum kvd_loop_io {
 /*
  * One op to arm: io_uring does its I/O, epoll waits until @fd is ready
  * and does it then. Either hands @user_data and the result (bytes, the
- * accepted fd, or -errno) to kvd_loop_complete(). user_data is the
+ * accepted fd, or -errno) to the dispatcher (d->loop_done). user_data is the
  * dispatcher's; a backend only carries it.
  */
 struct kvd_loop_op {
@@ -82,7 +84,11 @@ extern const struct kvd_loop_ops kvd_epoll_ops;
 int kvd_loop_init(struct kvd *d);
 void kvd_loop_exit(struct kvd *d);
 int kvd_loop_run(struct kvd *d);
-bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res, bool more);
+
+/* loop_io.c: arm through d->loop; 0 or -errno */
+int kvd_loop_arm_accept(struct kvd *d, int type);
+int kvd_loop_arm_signal(struct kvd *d);
+int kvd_loop_arm_tick(struct kvd *d);
 int kvd_loop_arm_ctrl(struct kvd *d, struct kvd_client *c);
 int kvd_loop_arm_doorbell(struct kvd *d, struct kvd_client *c);
 int kvd_loop_arm_admin(struct kvd *d, uint32_t slot);

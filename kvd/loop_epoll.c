@@ -5,8 +5,8 @@
  * armed by watching its fd for input (EPOLLONESHOT, as an io_uring op
  * completes once; an accept stays watched, as a multishot accept goes on);
  * when the fd is ready, the read, recv, recvmsg or accept is done here,
- * without blocking, and its result goes to kvd_loop_complete() as a CQE's
- * would. The tick is a timerfd.
+ * without blocking, and its result goes to the dispatcher (d->loop_done)
+ * as a CQE's would. The tick is a timerfd.
  *
  * Each fd has at most one op, so the ops are kept by fd (struct ep_slot,
  * grown as fds come), in this file's own state (struct ep, d->loop_priv).
@@ -169,7 +169,7 @@ static void ep_accept(struct kvd *d, int fd, uint64_t user_data)
 
 		if (res == -EAGAIN)
 			return;
-		if (kvd_loop_complete(d, user_data, res, true))
+		if (d->loop_done(d, user_data, res, true))
 			continue;
 		/* Out of fds: the listener stays ready, so unwatch it. */
 		ep_unwatch(ep_of(d), &ep_of(d)->slots[fd], fd);
@@ -213,7 +213,7 @@ static void ep_ready(struct kvd *d, int fd)
 	}
 	/* Disarmed first: the dispatcher may arm this fd again. */
 	s->armed = false;
-	kvd_loop_complete(d, op.user_data, res, false);
+	d->loop_done(d, op.user_data, res, false);
 }
 
 static int ep_wait(struct kvd *d, bool busy)

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * The io_uring event-loop backend (liburing): each armed op is one SQE,
- * multishot for accepts, a timeout for the tick; each CQE goes to
- * kvd_loop_complete() with the user_data it was armed with. The ring and
- * the tick's timespec are this file's alone (struct uring, d->loop_priv);
- * no other file of kvd includes liburing.
+ * multishot for accepts, a timeout for the tick; each CQE goes to the
+ * dispatcher (d->loop_done) with the user_data it was armed with. The
+ * ring and the tick's timespec are this file's alone (struct uring,
+ * d->loop_priv); no other file of kvd includes liburing.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -202,7 +202,7 @@ static int uring_wait(struct kvd *d, bool busy)
 	/* A multishot accept ends on any error, so the dispatcher never
 	 * asks to end one that goes on: its answer is not needed here. */
 	io_uring_for_each_cqe(&u->ring, head, cqe) {
-		kvd_loop_complete(d, io_uring_cqe_get_data64(cqe), cqe->res,
+		d->loop_done(d, io_uring_cqe_get_data64(cqe), cqe->res,
 				  cqe->flags & IORING_CQE_F_MORE);
 		n++;
 	}
