@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * Namespaces, slabs, blocks and holds (kvd/ns.c).
- *
- * ns.c is included here, its exported names given a t_ prefix so they do
- * not clash with ns.o, to reach its static hold_add(): no opcode shares a
- * block between two holders yet (a prefix hit will), and release_all and
- * the stress test need shared blocks. share() below does what a hit does.
+ * Namespaces, slabs, blocks and holds (kvd/ns.c over kvd/slab.c and
+ * kvd/hold.c), through ns.h and the subsystem's ns_internal.h: no opcode
+ * shares a block between two holders without the prefix cache, and
+ * release_all and the stress test need shared blocks; share() below does
+ * what a hit does with the hold table's own functions.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -15,29 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#define kvd_geometry_check	t_kvd_geometry_check
-#define kvd_ns_init		t_kvd_ns_init
-#define kvd_ns_exit		t_kvd_ns_exit
-#define kvd_ns_match		t_kvd_ns_match
-#define kvd_holder_init		t_kvd_holder_init
-#define kvd_ns_alloc		t_kvd_ns_alloc
-#define kvd_ns_alloc_check	t_kvd_ns_alloc_check
-#define kvd_ns_release		t_kvd_ns_release
-#define kvd_ns_ref		t_kvd_ns_ref
-#define kvd_ns_release_all	t_kvd_ns_release_all
-#define kvd_ns_cow_begin	t_kvd_ns_cow_begin
-#define kvd_ns_cow_end		t_kvd_ns_cow_end
-#define kvd_ns_hold_count	t_kvd_ns_hold_count
-#define kvd_block_get		t_kvd_block_get
-#define kvd_block_put		t_kvd_block_put
-#define __kvd_hold_get		t___kvd_hold_get
-#define __kvd_hold_put		t___kvd_hold_put
-#define __kvd_block_free	t___kvd_block_free
-#define __kvd_ns_alloc_ids	t___kvd_ns_alloc_ids
-#define __kvd_hold_live		t_hold_is_live
-#define kvd_ns_waste_ppm	t_kvd_ns_waste_ppm
-#define kvd_ns_reclaimable	t_kvd_ns_reclaimable
-#include "ns.c"
+#include "ns_internal.h"
 
 #define MIB		(1ULL << 20)
 #define GEOM(l, k, d, t, dt)	{ .layers = (l), .kv_heads = (k), \
@@ -91,11 +68,11 @@ static void ns_up(struct ctx *t, uint32_t pages, const struct kv_geometry *g)
 /* What a prefix hit will do: @to takes one more ref on held block @id. */
 static void share(struct kvd_ns *ns, struct kvd_holder *to, uint32_t id)
 {
-	uint32_t *c = hold_count(ns, to->slot, id);
+	uint32_t *c = kvd_hold_counter(ns, to->slot, id);
 
 	assert_int_equal(ns->blocks[id].state, KVD_BLOCK_HELD);
 	if (!c) {
-		hold_add(ns, to, id);
+		kvd_hold_add(ns, to, id);
 	} else {
 		(*c)++;
 		to->nr_refs++;
@@ -274,6 +251,52 @@ static void test_ns_init_too_big(void **state)
 	assert_int_equal(kvd_pool_init(&t->pool, 4), 0);
 	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g_5m, 0, 1), -E2BIG);
 	assert_false(t->ns.live);
+}
+
+/* kvd/slab.c alone: carve in order, free list first, back to the pool. */
+static void test_slab_carve_free(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4], again;
+	int s;
+
+	assert_int_equal(kvd_slab_pages_for(2 * MIB), 1);
+	assert_int_equal(kvd_slab_pages_for(5 * MIB), 5);
+	assert_int_equal(kvd_slab_pages_for(512 * 1024), 1);
+	assert_int_equal(kvd_slab_pages_for(332800), 16);	/* plain pages */
+	ns_up(t, 2, &g_512k);		/* 4 blocks a page, one-page slabs */
+	assert_int_equal(t->ns.partial, KVD_NIL);
+	s = kvd_slab_new(&t->ns);
+	assert_true(s >= 0);
+	assert_int_equal(t->ns.partial, s);
+	assert_int_equal(t->pool.pages_used, 1);
+	assert_int_equal(t->ns.nr_blocks, 4);
+	for (uint32_t i = 0; i < 4; i++) {
+		ids[i] = kvd_slab_carve(&t->ns);
+		assert_int_equal(ids[i], t->ns.slabs[s].first_block + i);
+		assert_int_equal(t->ns.blocks[ids[i]].slab, s);
+	}
+	assert_int_equal(t->ns.partial, KVD_NIL);	/* full */
+	kvd_slab_free_block(&t->ns, ids[1]);
+	assert_int_equal(t->ns.partial, s);
+	assert_int_equal(t->ns.blocks[ids[1]].state, KVD_BLOCK_FREE);
+	again = kvd_slab_carve(&t->ns);
+	assert_int_equal(again, ids[1]);		/* free list first */
+	for (uint32_t i = 0; i < 4; i++)
+		kvd_slab_free_block(&t->ns, ids[i]);
+	assert_int_equal(t->pool.pages_used, 0);	/* all free: given back */
+	assert_int_equal(t->ns.nr_slabs, 0);
+	assert_false(t->ns.slabs[s].live);
+	assert_int_equal(t->ns.blocks[ids[0]].state, KVD_BLOCK_NONE);
+	assert_int_equal(t->pool.frees, 5);
+	/* quota, then no slot left */
+	t->ns.acct.max_pages = 1;
+	assert_true(kvd_slab_new(&t->ns) >= 0);
+	assert_int_equal(kvd_slab_new(&t->ns), -EDQUOT);
+	t->ns.acct.max_pages = 0;
+	assert_true(kvd_slab_new(&t->ns) >= 0);
+	assert_int_equal(kvd_slab_new(&t->ns), -ENOSPC);
+	assert_int_equal(t->pool.pages_used, 2);
 }
 
 /* Huge lcm: plain-page slabs, < 2% waste, blocks inside their slab. */
@@ -1029,6 +1052,7 @@ int main(void)
 		T(test_ns_init_geometry_2m),
 		T(test_ns_init_geometry_5m),
 		T(test_ns_init_too_big),
+		T(test_slab_carve_free),
 		T(test_ns_odd_geometry_slabs),
 		T(test_ns_odd_geometry_any_start),
 		T(test_ns_match),
