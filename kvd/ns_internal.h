@@ -2,9 +2,10 @@
 /*
  * The namespace subsystem's insides, for its own files only (as the
  * kernel's mm/internal.h): the per-block books and the three lower
- * layers ns.c builds on. Each layer calls only the ones listed after it,
- * never one above; what a lower layer finds out (a block evicted, a slab
- * made) it returns.
+ * layers ns.c builds on. Calls go down only: ns_debug.c and ns.c call
+ * into the three below; those call none of each other nor anything
+ * above (slab.c calls pool.c, nothing else). What a lower layer finds
+ * out (a block evicted, a slab made) it returns.
  *
  *   ns_debug.c  read-only checks and dumps                (ns.h)
  *   ns.c        namespaces, refs, the operations           (ns.h)
