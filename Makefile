@@ -46,7 +46,6 @@ INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integrat
 
 KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o) $(O)/obj/libkvclient/cudadrv.o
 LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o)
-KVD_CORE_OBJS	:= $(filter-out $(O)/obj/kvd/main.o,$(KVD_OBJS))
 # The kernels' C references (kv_ref_*, kv_layout_init, ...): libkvkernels.
 KERNELS_OBJS	:= $(KERNEL_SRCS:%.c=$(O)/pic/%.o)
 KERNEL_REF_OBJS	:= $(KERNEL_SRCS:%.c=$(O)/obj/%.o)
@@ -129,17 +128,16 @@ $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)
 # call (the lists below), cmocka and the system libraries.
 kvd_objs	= $(patsubst %,$(O)/obj/kvd/%.o,$(1))
 UNIT_LDLIBS	:= -lcmocka -luring -lxxhash -ldl -lm
-# test_ns and test_prefix: all of the daemon's modules until kvd/ns.c and
-# kvd/prefix.c are split; narrow UNIT_NS_OBJS then.
-UNIT_NS_OBJS	:= $(KVD_CORE_OBJS)
+# The namespace layers (ns over prefix, hold, slab, over pool).
+UNIT_NS_OBJS	:= $(call kvd_objs,ns prefix hold slab pool log)
 # test_abi links nothing but itself.
 $(O)/tests/unit/test_config:	$(call kvd_objs,config conf_parse options)
 $(O)/tests/unit/test_options:	$(call kvd_objs,config conf_parse options)
 $(O)/tests/unit/test_cuda:	$(call kvd_objs,cuda extent pool log) $(O)/obj/libkvclient/cudadrv.o
 $(O)/tests/unit/test_pool:	$(call kvd_objs,pool log)
-$(O)/tests/unit/test_ring:	$(call kvd_objs,ring opdef ns prefix extent pool log)
-$(O)/tests/unit/test_ns:	$(UNIT_NS_OBJS)
-$(O)/tests/unit/test_prefix:	$(UNIT_NS_OBJS)
+$(O)/tests/unit/test_ring:	$(call kvd_objs,ring opdef extent) $(UNIT_NS_OBJS)
+$(O)/tests/unit/test_ns $(O)/tests/unit/test_ns_stress: $(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
+$(O)/tests/unit/test_prefix:	$(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
 # The kernels' references: through their library, as an engine links them.
 $(O)/tests/unit/test_kernels_attn $(O)/tests/unit/test_kernels_convert \
 	$(O)/tests/unit/test_kernels_ref: $(KERNELS_LIB)
@@ -232,8 +230,13 @@ gpu-bundle: all kernels $(O)/tests/unit/test_cuda $(O)/tests/unit/test_lib_cuda
 .PHONY: gpu-bundle
 # ---- end of gpu bundle -----------------------------------------------------
 
-test: all $(UNIT_BINS) $(INTEG_BINS) man-check clang-check
+test: all $(UNIT_BINS) $(INTEG_BINS) man-check clang-check layering-check
 	$(Q)O=$(O) sh tests/runtests.sh
+
+# The layers call one way: no circle of calls among the objects of kvd/,
+# libkvclient/, kernels/ or tools/ (nm and tsort; tests/layering-check.sh).
+layering-check: all
+	$(Q)sh tests/layering-check.sh $(O)
 
 # Every kv_ symbol either library exports has a man3 page, and every
 # page lints clean.

@@ -135,7 +135,7 @@ static int prefix_books(struct kvd *d, void *buf, bool evict, uint32_t ns_id)
 			continue;
 		memset(&r[n], 0, sizeof(r[n]));
 		if (evict && (ns_id == UINT32_MAX || ns_id == ns->id))
-			r[n].evicted_now = kvd_prefix_evict_all(ns);
+			r[n].evicted_now = kvd_ns_evict_all(ns);
 		r[n].ns_id = ns->id;
 		r[n].block_tokens = ns->geom.block_tokens;
 		memcpy(r[n].model_id, ns->model_id, sizeof(r[n].model_id));

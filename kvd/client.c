@@ -271,7 +271,7 @@ static struct kvd_ns *ns_reclaim(struct kvd *d)
 		if (!ns->live || ns->nr_clients || ns->blocks_used)
 			continue;
 		kvd_info("namespace %u (%s): %u cached blocks dropped for a new model",
-			 ns->id, ns->model_id, kvd_prefix_evict_all(ns));
+			 ns->id, ns->model_id, kvd_ns_evict_all(ns));
 		kvd_ns_exit(ns);
 		d->nr_ns--;
 		return ns;

@@ -1,46 +1,22 @@
 // SPDX-License-Identifier: MIT
 /*
- * Namespaces, slabs, blocks and holds.
+ * Namespaces, on top of the subsystem's layers (ns_internal.h): block
+ * refs, and the operations a client sends (alloc, lookup, alloc_prefix,
+ * commit, release, ref, cow), reclaim across namespaces and eviction.
+ * A request comes down here once and goes down into prefix.c (the index
+ * and LRU), hold.c (who holds what) and slab.c (blocks, over pool.c);
+ * none of those calls back up: eviction returns the block it took, and
+ * this file reuses it or gives it back to its slab.
  *
- * A namespace owns the slabs of one geometry. A slab is a run of pages
- * whose start and length are multiples of lcm(page, block_bytes), so a
- * block id is a plain index (offset / block_bytes) and slabs have no tail
- * waste (DESIGN.md). Where that lcm is huge (odd block sizes) a slab is a
- * run of plain pages long enough that the partial blocks at its two ends
- * waste under 2% (see ns_slab_geometry()).
- *
- * Blocks are carved lazily: a new slab hands out first_block + nr_carved
- * until all were seen, then its free list; so creating a slab is O(1).
- * A slab whose blocks are all free goes back to the page pool at once.
- *
- * Holds record which client holds how many refs on which block. A block's
- * ref count is the sum of its holds' counts; a client can only release or
- * ref blocks it holds, and all its holds are dropped when it dies.
+ * A namespace owns the slabs of one geometry; a block's ref count is the
+ * sum of its holds' counts. At ref 0 a committed block stays, cached, on
+ * the LRU; any other goes back to its slab.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "ns.h"
-
-#define KVD_SLAB_MAX_LCM_PAGES	64	/* beyond: plain-page slabs */
-#define KVD_SLAB_WASTE_PCT	2
-
-/*
- * Pages in a slab of @bb-byte blocks: lcm(page, bb) when that is at most
- * 64 pages (no waste); else plain pages, enough that the partial blocks
- * at both ends (< 2 blocks) waste under 2%.
- */
-static uint64_t slab_pages_for(uint64_t bb)
-{
-	uint64_t lcm = KV_PAGE_BYTES / kvd_gcd(KV_PAGE_BYTES, bb) * bb;
-
-	/* lcm == bb: whole pages per block, one block a slab, no waste */
-	if (lcm / KV_PAGE_BYTES <= KVD_SLAB_MAX_LCM_PAGES || lcm == bb)
-		return lcm / KV_PAGE_BYTES;
-	return (2 * 100 / KVD_SLAB_WASTE_PCT * bb + KV_PAGE_BYTES - 1) /
-	       KV_PAGE_BYTES;
-}
+#include "ns_internal.h"
 
 int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		       const char **why)
@@ -86,7 +62,7 @@ int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		*why = "more than 2^26 blocks of this size fit the pool: use larger blocks";
 		return -E2BIG;
 	}
-	if (slab_pages_for(bb) * KV_PAGE_BYTES > pool_bytes) {
+	if (kvd_slab_pages_for(bb) * KV_PAGE_BYTES > pool_bytes) {
 		*why = "one slab of such blocks is larger than the pool";
 		return -E2BIG;
 	}
@@ -121,40 +97,6 @@ uint32_t kvd_ns_waste_ppm(const struct kvd_ns *ns)
 	return (uint32_t)((slab - used) * 1000000 / slab);
 }
 
-static void ns_slab_geometry(struct kvd_ns *ns)
-{
-	uint64_t bb = ns->block_bytes;
-	uint64_t lcm = KV_PAGE_BYTES / kvd_gcd(KV_PAGE_BYTES, bb) * bb;
-
-	ns->slab_pages = slab_pages_for(bb);
-	ns->slab_align = lcm / KV_PAGE_BYTES == ns->slab_pages ?
-			 ns->slab_pages : 1;
-}
-
-/*
- * Nothing here is touched at creation: calloc'd arrays stay untouched
- * zero pages until used, buckets hold node + 1 (0 = empty), and nodes
- * are handed out below a watermark before the free list is used. So a
- * namespace on a huge pool costs nothing until it holds blocks.
- */
-static int holds_init(struct kvd_holds *hs, uint32_t cap)
-{
-	uint64_t nb = 1;
-
-	while (nb < cap)
-		nb <<= 1;
-	hs->nodes = calloc(cap, sizeof(*hs->nodes));
-	hs->buckets = calloc(nb, sizeof(*hs->buckets));
-	if (!hs->nodes || !hs->buckets)
-		return -ENOMEM;
-	hs->mask = (uint32_t)(nb - 1);
-	hs->cap = cap;
-	hs->nr = 0;
-	hs->used = 0;
-	hs->free_head = KVD_NIL;
-	return 0;
-}
-
 int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 		const char *model_id, const char *model_rev,
 		const struct kv_geometry *g, uint32_t tenant, uint64_t seed)
@@ -173,29 +115,27 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	if (pool->bytes / ns->block_bytes > KVD_NS_MAX_BLOCKS)
 		return -E2BIG;
 	ns->max_blocks = (uint32_t)(pool->bytes / ns->block_bytes);
-	ns_slab_geometry(ns);
-	ns->slab_bytes = (uint64_t)ns->slab_pages * KV_PAGE_BYTES;
-	if (ns->slab_pages > pool->nr_pages)
-		return -E2BIG;
-	ns->max_slabs = pool->nr_pages / ns->slab_pages;
+	ret = kvd_slab_geometry(ns);
+	if (ret)
+		return ret;
 	ns->blocks = calloc(ns->max_blocks, sizeof(*ns->blocks));
-	ns->slabs = calloc(ns->max_slabs, sizeof(*ns->slabs));
 	ret = -ENOMEM;
-	if (!ns->blocks || !ns->slabs)
+	if (!ns->blocks)
+		goto err_free;
+	ret = kvd_slab_init(ns);
+	if (ret)
 		goto err_free;
 	/* Each block has one holder mostly; shared ones more (fork, REF). */
 	/* Shared prefixes give one block many holders: room for that. */
 	/* Owners count in the block; the table is for other holders of
 	 * shared blocks: many engines on one long system prompt, even on a
 	 * pool of few blocks (memory untouched until used). */
-	ret = holds_init(&ns->holds, 4 * ns->max_blocks + 65536);
+	ret = kvd_holds_init(&ns->holds, 4 * ns->max_blocks + 65536);
 	if (ret)
 		goto err_free;
 	ret = kvd_prefix_init(ns);
 	if (ret)
 		goto err_free;
-	ns->free_slab = KVD_NIL;	/* then slots_used++ (see holds_init) */
-	ns->partial = KVD_NIL;
 	ns->live = true;
 	ns->pool->nr_live_ns++;
 	return 0;
@@ -209,115 +149,76 @@ void kvd_ns_exit(struct kvd_ns *ns)
 {
 	if (ns->live)
 		ns->pool->nr_live_ns--;
-	for (uint32_t i = 0; ns->slabs && i < ns->max_slabs; i++)
-		if (ns->slabs[i].live)
-			kvd_pool_free_run(ns->pool, ns->slabs[i].first_page,
-					  ns->slab_pages);
+	kvd_slab_exit(ns);
 	free(ns->blocks);
-	free(ns->slabs);
-	free(ns->holds.nodes);
-	free(ns->holds.buckets);
+	kvd_holds_exit(&ns->holds);
 	kvd_prefix_exit(ns);
 	memset(ns, 0, sizeof(*ns));
 }
 
-/* ---- slabs ---- */
-
-static void partial_add(struct kvd_ns *ns, uint32_t s)
-{
-	struct kvd_slab *slab = &ns->slabs[s];
-
-	slab->prev = KVD_NIL;
-	slab->next = ns->partial;
-	if (ns->partial != KVD_NIL)
-		ns->slabs[ns->partial].prev = s;
-	ns->partial = s;
-}
-
-static void partial_del(struct kvd_ns *ns, uint32_t s)
-{
-	struct kvd_slab *slab = &ns->slabs[s];
-
-	if (slab->prev != KVD_NIL)
-		ns->slabs[slab->prev].next = slab->next;
-	else
-		ns->partial = slab->next;
-	if (slab->next != KVD_NIL)
-		ns->slabs[slab->next].prev = slab->prev;
-}
-
-static bool over_quota(const struct kvd_acct *a, uint32_t more)
-{
-	return a->max_pages && a->pages + more > a->max_pages;
-}
+/* ---- eviction and reclaim ---- */
 
 /* Can @ns give up @pages without going below its or its tenant's min? */
-bool kvd_ns_reclaimable(const struct kvd_ns *ns, uint32_t pages)
+static bool ns_reclaimable(const struct kvd_ns *ns, uint32_t pages)
 {
 	if (ns->acct.pages < ns->acct.min_pages + pages)
 		return false;
 	return !ns->tacct || ns->tacct->pages >= ns->tacct->min_pages + pages;
 }
 
-static int slab_new(struct kvd_ns *ns)
+/*
+ * ns_reclaim - the pool has no pages for a slab of @ns: take them
+ * from the namespace whose least recently used cached leaf is the oldest
+ * (DESIGN.md elastic sharing), as long as that keeps it and its tenant at
+ * or above their guaranteed minimum. Its cached blocks are evicted in LRU
+ * order until one of its slabs is wholly free and goes back to the pool.
+ * Returns the pages freed; 0 when the coldest is @ns itself (it evicts its
+ * own leaf and reuses it) or nothing may be reclaimed.
+ */
+static int ns_reclaim(struct kvd_ns *ns)
 {
-	uint64_t start, end;
-	struct kvd_slab *slab;
-	int64_t page;
-	uint32_t s;
+	struct kvd_pool *pool = ns->pool;
+	struct kvd_ns *victim = NULL;
+	uint64_t coldest = UINT64_MAX;
+	uint32_t before = pool->pages_used, id;
 
-	if (ns->free_slab == KVD_NIL && ns->slab_slots_used == ns->max_slabs)
-		return -ENOSPC;
-	if (over_quota(&ns->acct, ns->slab_pages) ||
-	    (ns->tacct && over_quota(ns->tacct, ns->slab_pages)))
-		return -EDQUOT;
-	page = kvd_pool_alloc_run_for(ns->pool, ns->slab_pages, ns->slab_align,
-				      (int32_t)ns->tenant);
-	if (page < 0)
-		return (int)page;
-	if (ns->free_slab != KVD_NIL) {
-		s = ns->free_slab;
-		ns->free_slab = ns->slabs[s].next;
-	} else {
-		s = ns->slab_slots_used++;
+	/* the only namespace: nothing to scan, it evicts its own leaf */
+	if (pool->nr_live_ns <= 1)
+		return 0;
+	if (ns->lru_head != KVD_NIL)
+		coldest = ns->blocks[ns->lru_head].tick;
+	for (uint32_t i = 0; pool->ns && i < pool->nr_ns; i++) {
+		struct kvd_ns *o = &pool->ns[i];
+
+		if (!o->live || o == ns || o->lru_head == KVD_NIL ||
+		    !ns_reclaimable(o, o->slab_pages))
+			continue;
+		if (o->blocks[o->lru_head].tick < coldest) {
+			coldest = o->blocks[o->lru_head].tick;
+			victim = o;
+		}
 	}
-	slab = &ns->slabs[s];
-
-	start = (uint64_t)page * KV_PAGE_BYTES;
-	end = start + ns->slab_bytes;
-	slab->first_page = (uint32_t)page;
-	slab->first_block = (start + ns->block_bytes - 1) / ns->block_bytes;
-	slab->nr_blocks = end / ns->block_bytes - slab->first_block;
-	slab->nr_free = slab->nr_blocks;
-	slab->nr_carved = 0;
-	slab->free_head = KVD_NIL;
-	slab->live = true;
-	ns->nr_slabs++;
-	ns->nr_blocks += slab->nr_blocks;
-	ns->acct.pages += ns->slab_pages;
-	if (ns->tacct)
-		ns->tacct->pages += ns->slab_pages;
-	partial_add(ns, s);
-	return (int)s;
+	if (!victim)
+		return 0;
+	while (pool->pages_used == before &&
+	       ns_reclaimable(victim, victim->slab_pages) &&
+	       !kvd_prefix_evict_one(victim, &id)) {
+		kvd_slab_free_block(victim, id);
+		pool->reclaims++;
+	}
+	return (int)(before - pool->pages_used);
 }
 
-/* Give a wholly free slab's pages back to the pool. */
-static void slab_put(struct kvd_ns *ns, uint32_t s)
+/* Admin: drop every ref-0 cached block (leaf first); returns how many. */
+uint32_t kvd_ns_evict_all(struct kvd_ns *ns)
 {
-	struct kvd_slab *slab = &ns->slabs[s];
+	uint32_t n = 0, id;
 
-	for (uint32_t i = 0; i < slab->nr_carved; i++)
-		ns->blocks[slab->first_block + i].state = KVD_BLOCK_NONE;
-	partial_del(ns, s);
-	kvd_pool_free_run(ns->pool, slab->first_page, ns->slab_pages);
-	ns->nr_slabs--;
-	ns->nr_blocks -= slab->nr_blocks;
-	ns->acct.pages -= ns->slab_pages;
-	if (ns->tacct)
-		ns->tacct->pages -= ns->slab_pages;
-	slab->live = false;
-	slab->next = ns->free_slab;
-	ns->free_slab = s;
+	while (!kvd_prefix_evict_one(ns, &id)) {
+		kvd_slab_free_block(ns, id);
+		n++;
+	}
+	return n;
 }
 
 /*
@@ -327,264 +228,34 @@ static void slab_put(struct kvd_ns *ns, uint32_t s)
  */
 static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 {
-	struct kvd_slab *slab;
 	struct kvd_block *b;
-	uint32_t s = ns->partial;
 	int ret;
 
-	if (s == KVD_NIL) {
-		ret = slab_new(ns);
+	if (ns->partial == KVD_NIL) {
+		ret = kvd_slab_new(ns);
 		/* Out of pages: reclaim from the coldest namespace, which
 		 * may be this one (its LRU leaf is then reused at once). */
-		while (ret == -ENOSPC && kvd_prefix_reclaim(ns) > 0)
-			ret = slab_new(ns);
+		while (ret == -ENOSPC && ns_reclaim(ns) > 0)
+			ret = kvd_slab_new(ns);
 		if ((ret == -ENOSPC || ret == -EDQUOT) &&
-		    !kvd_prefix_evict_one(ns, id)) {
-			b = &ns->blocks[*id];
-			b->ref = 1;
-			b->state = KVD_BLOCK_HELD;
-			ns->blocks_used++;
-			return 0;
-		}
+		    !kvd_prefix_evict_one(ns, id))
+			goto take;
 		if (ret < 0)
 			return ret;
-		s = (uint32_t)ret;
 	}
-	slab = &ns->slabs[s];
-	if (slab->free_head != KVD_NIL) {
-		*id = slab->free_head;
-		slab->free_head = ns->blocks[*id].next_free;
-	} else {
-		*id = slab->first_block + slab->nr_carved++;
-	}
-	if (--slab->nr_free == 0)
-		partial_del(ns, s);
+	*id = kvd_slab_carve(ns);	/* from the slab just made, if any */
+take:
 	b = &ns->blocks[*id];
 	b->ref = 1;
-	b->slab = s;
 	b->state = KVD_BLOCK_HELD;
 	ns->blocks_used++;
 	return 0;
 }
 
-/* Ref 0 and not cached: back on its slab's free list. */
-void __kvd_block_free(struct kvd_ns *ns, uint32_t id)
-{
-	ns->pool->frees++;
-	struct kvd_block *b = &ns->blocks[id];
-	struct kvd_slab *slab = &ns->slabs[b->slab];
-
-	b->state = KVD_BLOCK_FREE;
-	b->next_free = slab->free_head;
-	slab->free_head = id;
-	if (slab->nr_free++ == 0)
-		partial_add(ns, b->slab);
-	if (slab->nr_free == slab->nr_blocks)
-		slab_put(ns, b->slab);
-}
-
-/* ---- holds ---- */
-
-_Static_assert(sizeof(struct kvd_block) == 64, "a block's books: one line");
-
-static inline uint32_t hold_hash(const struct kvd_holds *hs, uint32_t client,
-				 uint32_t block)
-{
-	uint64_t k = ((uint64_t)client << 32 | block) * 0x9e3779b97f4a7c15ULL;
-
-	return (uint32_t)(k >> 32) & hs->mask;
-}
-
-/* The hash node of (@client, @block), KVD_NIL if none: non-owners only. */
-static uint32_t hash_find(const struct kvd_holds *hs, uint32_t client,
-			  uint32_t block)
-{
-	uint32_t i = hs->buckets[hold_hash(hs, client, block)];
-
-	while (i) {
-		const struct kvd_hold *h = &hs->nodes[i - 1];
-
-		if (h->block == block && h->client == client)
-			return i - 1;
-		i = h->hnext;
-	}
-	return KVD_NIL;
-}
-
-static void hash_add(struct kvd_holds *hs, struct kvd_holder *hr,
-		     uint32_t block)
-{
-	uint32_t i, b = hold_hash(hs, hr->slot, block);
-	struct kvd_hold *h;
-
-	if (hs->free_head != KVD_NIL) {
-		i = hs->free_head;
-		hs->free_head = hs->nodes[i].hnext;
-	} else {
-		i = hs->used++;
-	}
-	h = &hs->nodes[i];
-	hs->nr++;
-	h->block = block;
-	h->client = hr->slot;
-	h->count = 1;
-	h->hnext = hs->buckets[b];	/* chain links are node + 1 too */
-	hs->buckets[b] = i + 1;
-	h->cprev = KVD_NIL;
-	h->cnext = hr->head;
-	if (hr->head != KVD_NIL)
-		hs->nodes[hr->head].cprev = i;
-	hr->head = i;
-}
-
-static void hash_del(struct kvd_holds *hs, struct kvd_holder *hr, uint32_t i)
-{
-	struct kvd_hold *h = &hs->nodes[i];
-	uint32_t *pp = &hs->buckets[hold_hash(hs, h->client, h->block)];
-
-	while (*pp != i + 1)
-		pp = &hs->nodes[*pp - 1].hnext;
-	*pp = h->hnext;
-	if (h->cprev != KVD_NIL)
-		hs->nodes[h->cprev].cnext = h->cnext;
-	else
-		hr->head = h->cnext;
-	if (h->cnext != KVD_NIL)
-		hs->nodes[h->cnext].cprev = h->cprev;
-	h->hnext = hs->free_head;
-	hs->free_head = i;
-	hs->nr--;
-}
-
-/*
- * Where @client's refs on @block are counted: the block itself when the
- * client owns it, else its hash node. NULL when it holds none.
- */
-static uint32_t *hold_count(const struct kvd_ns *ns, uint32_t client,
-			    uint32_t block)
-{
-	struct kvd_block *b = &ns->blocks[block];
-	uint32_t i;
-
-	if (b->owner == client + 1)
-		return &b->own_refs;
-	i = hash_find(&ns->holds, client, block);
-	return i == KVD_NIL ? NULL : &ns->holds.nodes[i].count;
-}
-
-uint32_t kvd_ns_hold_count(const struct kvd_ns *ns, uint32_t client,
-			   uint32_t block)
-{
-	const uint32_t *c = hold_count(ns, client, block);
-
-	return c ? *c : 0;
-}
-
-/*
- * A first ref on @block for @hr, which holds none of it yet; the block is
- * off the LRU (its links become the owner's). It takes ownership when the
- * block has no owner, else a hash node.
- */
-static void hold_add(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t block)
-{
-	struct kvd_block *b = &ns->blocks[block];
-
-	hr->nr_blocks++;
-	hr->nr_refs++;
-	if (b->owner) {
-		hash_add(&ns->holds, hr, block);
-		return;
-	}
-	b->owner = hr->slot + 1;
-	b->own_refs = 1;
-	b->own_prev = KVD_NIL;
-	b->own_next = hr->own_head;
-	if (hr->own_head != KVD_NIL)
-		ns->blocks[hr->own_head].own_prev = block;
-	hr->own_head = block;
-	ns->holds.owned++;
-}
-
-/* @hr's count on @block reached 0: forget the hold (refs untouched). */
-static void hold_del(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t block)
-{
-	struct kvd_block *b = &ns->blocks[block];
-
-	hr->nr_blocks--;
-	if (b->owner != hr->slot + 1) {
-		hash_del(&ns->holds, hr, hash_find(&ns->holds, hr->slot, block));
-		return;
-	}
-	if (b->own_prev != KVD_NIL)
-		ns->blocks[b->own_prev].own_next = b->own_next;
-	else
-		hr->own_head = b->own_next;
-	if (b->own_next != KVD_NIL)
-		ns->blocks[b->own_next].own_prev = b->own_prev;
-	b->owner = 0;
-	ns->holds.owned--;
-}
-
-/*
- * One more ref on @id for @hr, which may or may not hold it already.
- * -EOVERFLOW at KVD_REF_MAX refs (far below 2^32: nothing ever wraps),
- * -ENOMEM when the hold table is full.
- */
-int __kvd_hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
-{
-	struct kvd_block *b = &ns->blocks[id];
-	uint32_t *c = NULL;
-
-	if (b->ref >= KVD_REF_MAX)
-		return -EOVERFLOW;
-	/* Only the owner holds it (ref == own_refs): no hash lookup. */
-	if (b->owner == hr->slot + 1 || (b->ref && !(b->owner &&
-					 b->ref == b->own_refs)))
-		c = hold_count(ns, hr->slot, id);
-	if (c) {
-		(*c)++;
-		hr->nr_refs++;
-		kvd_block_get(ns, id);
-		return 0;
-	}
-	if (b->owner && ns->holds.nr >= ns->holds.cap)
-		return -ENOMEM;
-	kvd_block_get(ns, id);		/* off the LRU before the links move */
-	hold_add(ns, hr, id);
-	return 0;
-}
-
-/* One ref less on @id, which @hr holds (checked by the caller). */
-void __kvd_hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
-{
-	if (--*hold_count(ns, hr->slot, id) == 0)
-		hold_del(ns, hr, id);
-	hr->nr_refs--;
-	kvd_block_put(ns, id);
-}
-
-/* A hold node in use (not on the free list): the index can find it. */
-bool __kvd_hold_live(const struct kvd_ns *ns, uint32_t node)
-{
-	const struct kvd_hold *h = &ns->holds.nodes[node];
-
-	return hash_find(&ns->holds, h->client, h->block) == node;
-}
-
-void kvd_holder_init(struct kvd_holder *h, uint32_t slot)
-{
-	h->slot = slot;
-	h->head = KVD_NIL;
-	h->own_head = KVD_NIL;
-	h->nr_blocks = 0;
-	h->nr_refs = 0;
-	h->max_refs = 0;
-}
-
-/* ---- operations ---- */
+/* ---- refs ---- */
 
 /* One more ref; a cached block leaves the cache (and the LRU). */
-void kvd_block_get(struct kvd_ns *ns, uint32_t id)
+static void block_get(struct kvd_ns *ns, uint32_t id)
 {
 	struct kvd_block *b = &ns->blocks[id];
 
@@ -597,7 +268,7 @@ void kvd_block_get(struct kvd_ns *ns, uint32_t id)
 }
 
 /* One ref less; at 0 a committed block is cached, any other freed. */
-void kvd_block_put(struct kvd_ns *ns, uint32_t id)
+static void block_put(struct kvd_ns *ns, uint32_t id)
 {
 	struct kvd_block *b = &ns->blocks[id];
 
@@ -607,22 +278,48 @@ void kvd_block_put(struct kvd_ns *ns, uint32_t id)
 	if (b->committed)
 		kvd_prefix_cache(ns, id);
 	else
-		__kvd_block_free(ns, id);
+		kvd_slab_free_block(ns, id);
 }
-
 
 /*
- * kvd_ns_alloc - @nr new blocks, each with one ref held by @hr; ids
- * written to @ids. All or nothing: -ENOSPC leaves the books unchanged,
- * -ENOMEM when the hold table is full, -E2BIG when nr exceeds max_blocks.
+ * One more ref on @id for @hr, which may or may not hold it already.
+ * -EOVERFLOW at KVD_REF_MAX refs (far below 2^32: nothing ever wraps),
+ * -ENOMEM when the hold table is full.
  */
-int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
-		 uint32_t nr)
+static int hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
 {
-	int ret = kvd_ns_alloc_check(ns, hr, nr);
+	struct kvd_block *b = &ns->blocks[id];
+	uint32_t *c = NULL;
 
-	return ret ? ret : __kvd_ns_alloc_ids(ns, hr, ids, nr);
+	if (b->ref >= KVD_REF_MAX)
+		return -EOVERFLOW;
+	/* Only the owner holds it (ref == own_refs): no hash lookup. */
+	if (b->owner == hr->slot + 1 || (b->ref && !(b->owner &&
+					 b->ref == b->own_refs)))
+		c = kvd_hold_counter(ns, hr->slot, id);
+	if (c) {
+		(*c)++;
+		hr->nr_refs++;
+		block_get(ns, id);
+		return 0;
+	}
+	if (b->owner && ns->holds.nr >= ns->holds.cap)
+		return -ENOMEM;
+	block_get(ns, id);		/* off the LRU before the links move */
+	kvd_hold_add(ns, hr, id);
+	return 0;
 }
+
+/* One ref less on @id, which @hr holds (checked by the caller). */
+static void hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
+{
+	if (--*kvd_hold_counter(ns, hr->slot, id) == 0)
+		kvd_hold_del(ns, hr, id);
+	hr->nr_refs--;
+	block_put(ns, id);
+}
+
+/* ---- operations ---- */
 
 /*
  * kvd_ns_alloc_check - may @hr be given @nr new refs at all? -EINVAL for
@@ -677,8 +374,8 @@ static bool has_room(const struct kvd_ns *ns, uint32_t nr)
 }
 
 /* Checked by the caller: @nr blocks for @hr, all or nothing. */
-int __kvd_ns_alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
-		       uint32_t *ids, uint32_t nr)
+static int alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
+		     uint32_t *ids, uint32_t nr)
 {
 	uint32_t i, id;
 	int ret;
@@ -690,18 +387,158 @@ int __kvd_ns_alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
 		ret = block_alloc(ns, &id);
 		if (ret)
 			goto err_unwind;
-		hold_add(ns, hr, id);
+		kvd_hold_add(ns, hr, id);
 		ids[i] = id;
 	}
 	return (int)nr;
 
 err_unwind:
 	while (i--) {
-		hold_del(ns, hr, ids[i]);
+		kvd_hold_del(ns, hr, ids[i]);
 		hr->nr_refs--;
-		kvd_block_put(ns, ids[i]);
+		block_put(ns, ids[i]);
 	}
 	return ret;
+}
+
+/*
+ * kvd_ns_alloc - @nr new blocks, each with one ref held by @hr; ids
+ * written to @ids. All or nothing: -ENOSPC leaves the books unchanged,
+ * -ENOMEM when the hold table is full, -E2BIG when nr exceeds max_blocks.
+ */
+int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
+		 uint32_t nr)
+{
+	int ret = kvd_ns_alloc_check(ns, hr, nr);
+
+	return ret ? ret : alloc_ids(ns, hr, ids, nr);
+}
+
+/* How many of @nr more refs @hr may take (kvd_holder_room() for each). */
+static uint32_t holder_room_left(const struct kvd_holder *hr, uint32_t nr)
+{
+	uint64_t max = hr->max_refs ? hr->max_refs : KVD_CLIENT_REFS_MAX;
+	uint64_t left = max > hr->nr_refs ? max - hr->nr_refs : 0;
+
+	return left < nr ? (uint32_t)left : nr;
+}
+
+/*
+ * kvd_ns_lookup - the longest committed prefix of @hashes: stops at
+ * the first miss. Each hit gets a ref for @hr at once. Returns the hit
+ * count h (ids in @ids[0..h)), or -ENOMEM when the hold table is full
+ * (nothing taken).
+ */
+int kvd_ns_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
+		  const struct kv_hash *hashes, uint32_t nr, uint32_t *ids)
+{
+	uint32_t h, hits;
+
+	if (ns->holds.cap - ns->holds.nr < nr)
+		return -ENOMEM;
+	ns->lookups++;
+	/* no more than the client may hold; the index stops at a miss */
+	hits = kvd_prefix_match(ns, hashes, holder_room_left(hr, nr), ids);
+	/* Refs before anything else can evict; a block at KVD_REF_MAX
+	 * ends the prefix too. */
+	for (h = 0; h < hits; h++)
+		if (hold_get(ns, hr, ids[h]))
+			break;
+	ns->hit_blocks += h;
+	return (int)h;
+}
+
+/*
+ * kvd_ns_alloc_prefix - lookup of @n_hashes hashes, then new blocks for the
+ * rest of @nr ids. All or nothing: on error the hits are given back.
+ */
+int kvd_ns_alloc_prefix(struct kvd_ns *ns, struct kvd_holder *hr,
+			const struct kv_hash *hashes, uint32_t n_hashes,
+			uint32_t *ids, uint32_t nr)
+{
+	int h, ret;
+
+	if (n_hashes > nr)
+		return -EINVAL;
+	ret = kvd_ns_alloc_check(ns, hr, nr);
+	if (ret)
+		return ret;
+	h = kvd_ns_lookup(ns, hr, hashes, n_hashes, ids);
+	if (h < 0 || (uint32_t)h == nr)
+		return h;
+	ret = alloc_ids(ns, hr, ids + h, nr - (uint32_t)h);
+	if (ret >= 0)
+		return h;
+	while (h--)
+		hold_put(ns, hr, ids[h]);
+	return ret;
+}
+
+static int commit_check(struct kvd_ns *ns, struct kvd_holder *hr,
+			const struct kv_commit *e, uint32_t nr)
+{
+	uint32_t i;
+	int ret = 0;
+
+	for (i = 0; i < nr && !ret; i++) {
+		uint32_t id = e[i].id;
+
+		if (id >= ns->max_blocks || e[i].flags)
+			ret = -EINVAL;
+		else if (!kvd_ns_hold_count(ns, hr->slot, id))
+			ret = -EPERM;
+		else if (ns->blocks[id].committed)
+			ret = -EEXIST;
+		else if (ns->blocks[id].mark)
+			ret = -EINVAL;	/* the same block twice */
+		else
+			ns->blocks[id].mark = true;
+	}
+	while (i--)
+		if (e[i].id < ns->max_blocks)
+			ns->blocks[e[i].id].mark = false;
+	return ret;
+}
+
+/*
+ * kvd_ns_commit - publish each block of @e (a private copy) under its
+ * hash. All entries are checked first: -EINVAL (id out of range, flags,
+ * the same id twice), -EPERM (not held by @hr), -EEXIST (already
+ * committed) or -ENOMEM (hold table full); then nothing changes. A hash
+ * already in the index is a
+ * duplicate: @hr's block is released, a ref on the cached block taken
+ * instead, and the entry's id replaced (flags KV_COMMIT_DEDUP).
+ */
+int kvd_ns_commit(struct kvd_ns *ns, struct kvd_holder *hr,
+		  struct kv_commit *e, uint32_t nr)
+{
+	int ret;
+
+	/* Each dedup may take a hold before it drops one: room for all. */
+	if (ns->holds.cap - ns->holds.nr < nr)
+		return -ENOMEM;
+	ret = commit_check(ns, hr, e, nr);
+	if (ret)
+		return ret;
+	for (uint32_t i = 0; i < nr; i++) {
+		struct kv_hash key = kvd_prefix_key(ns, &e[i].hash);
+		uint32_t have = kvd_prefix_find(ns, &key);
+
+		if (have == KVD_NIL) {
+			kvd_prefix_publish(ns, e[i].id, &key, &e[i].parent);
+			continue;
+		}
+		/* Take the cached block first: the hold table has room for
+		 * the swap, as ours is dropped right after. */
+		/* Room was checked above; only KVD_REF_MAX can refuse: the
+		 * block then stays the caller's, uncommitted (flags 0). */
+		if (hold_get(ns, hr, have))
+			continue;
+		hold_put(ns, hr, e[i].id);
+		e[i].id = have;
+		e[i].flags = KV_COMMIT_DEDUP;
+	}
+	return (int)nr;
 }
 
 #define RELEASE_AHEAD	8	/* blocks prefetched ahead of a RELEASE */
@@ -730,23 +567,23 @@ int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *hr,
 		if (ids[i] >= ns->max_blocks)
 			goto err_undo;
 		ret = -EPERM;
-		c = hold_count(ns, hr->slot, ids[i]);
+		c = kvd_hold_counter(ns, hr->slot, ids[i]);
 		if (!c || *c == 0)
 			goto err_undo;
 		(*c)--;
 	}
 	for (i = 0; i < nr; i++) {
-		c = hold_count(ns, hr->slot, ids[i]);
+		c = kvd_hold_counter(ns, hr->slot, ids[i]);
 		if (c && *c == 0)
-			hold_del(ns, hr, ids[i]);
+			kvd_hold_del(ns, hr, ids[i]);
 		hr->nr_refs--;
-		kvd_block_put(ns, ids[i]);
+		block_put(ns, ids[i]);
 	}
 	return (int)nr;
 
 err_undo:
 	while (i--)
-		(*hold_count(ns, hr->slot, ids[i]))++;
+		(*kvd_hold_counter(ns, hr->slot, ids[i]))++;
 	return ret;
 }
 
@@ -765,7 +602,7 @@ int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *hr, const uint32_t *ids,
 	for (i = 0; i < nr; i++) {
 		if (ids[i] >= ns->max_blocks)
 			return -EINVAL;
-		if (!hold_count(ns, hr->slot, ids[i]))
+		if (!kvd_hold_counter(ns, hr->slot, ids[i]))
 			return -EPERM;
 		if (ns->blocks[ids[i]].ref > KVD_REF_MAX - nr)
 			return -EOVERFLOW;
@@ -773,7 +610,7 @@ int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *hr, const uint32_t *ids,
 	if (!kvd_holder_room(hr, nr))
 		return -EDQUOT;
 	for (i = 0; i < nr; i++) {
-		(*hold_count(ns, hr->slot, ids[i]))++;
+		(*kvd_hold_counter(ns, hr->slot, ids[i]))++;
 		ns->blocks[ids[i]].ref++;
 		hr->nr_refs++;
 	}
@@ -808,7 +645,7 @@ int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 	for (i = 0; i < nr && !ret; i++) {
 		if (ids[i] >= ns->max_blocks || ns->blocks[ids[i]].mark)
 			ret = -EINVAL;
-		else if (!hold_count(ns, hr->slot, ids[i]))
+		else if (!kvd_hold_counter(ns, hr->slot, ids[i]))
 			ret = -EPERM;
 		else
 			ns->blocks[ids[i]].mark = true;
@@ -824,7 +661,7 @@ int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 		goto spread;
 	if (ns->holds.cap - ns->holds.nr < k)
 		return -ENOMEM;
-	ret = __kvd_ns_alloc_ids(ns, hr, dst, k);
+	ret = alloc_ids(ns, hr, dst, k);
 	if (ret < 0)
 		return ret;
 spread:
@@ -844,7 +681,7 @@ void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 	for (uint32_t i = 0; i < nr; i++) {
 		if (dst[i] == KVD_NIL)
 			continue;
-		__kvd_hold_put(ns, hr, copied ? ids[i] : dst[i]);
+		hold_put(ns, hr, copied ? ids[i] : dst[i]);
 		if (copied)
 			ids[i] = dst[i];
 	}
@@ -854,11 +691,11 @@ void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 static void hold_drop_all(struct kvd_ns *ns, struct kvd_holder *hr,
 			  uint32_t block, uint32_t count)
 {
-	hold_del(ns, hr, block);
+	kvd_hold_del(ns, hr, block);
 	hr->nr_refs -= count;
 	kvd_warn_on_once(ns->blocks[block].ref < count);
 	ns->blocks[block].ref -= count - 1;
-	kvd_block_put(ns, block);
+	block_put(ns, block);
 }
 
 /* Client gone: drop every ref it held, freeing what nobody else holds. */

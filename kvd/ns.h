@@ -2,6 +2,8 @@
 /*
  * Namespaces: one model geometry's blocks, carved from slabs of pages, with
  * per-block ref counts and a record of which client holds which block.
+ * What the rest of the daemon uses; the layers below (prefix.c, hold.c,
+ * slab.c) are declared in ns_internal.h, for this subsystem's files only.
  */
 #ifndef KVD_NS_H
 #define KVD_NS_H
@@ -9,79 +11,11 @@
 #include "kvd.h"
 #include "pool.h"
 
-/* Refs on one block, holds included: far from wrapping a u32. */
-#define KVD_REF_MAX		(1U << 30)
+struct kvd_block;		/* per-block books (ns_internal.h) */
+struct kvd_slab;
+struct kvd_hold;
 
-/* Block ids of a namespace: bounded so its books stay reasonable. */
-#define KVD_NS_MAX_BLOCKS	(1U << 26)
-
-enum kvd_block_state {
-	KVD_BLOCK_NONE = 0,	/* not inside a live slab */
-	KVD_BLOCK_FREE,		/* in a slab, ref 0 */
-	KVD_BLOCK_HELD,		/* ref > 0 (committed or not) */
-	KVD_BLOCK_CACHED,	/* ref 0, committed: in the prefix cache */
-};
-
-/*
- * Per-block books, like struct page: indexed by block id. Every block is
- * exactly one of free / held / cached; committed blocks (held or cached)
- * are in the prefix index under key, linked to their parent.
- *
- * The first client to hold a block is its owner: its refs are counted in
- * the block itself (own_refs) and the block is on its owner's list, so
- * the common case (one holder) touches no hash table. Other holders of a
- * shared block are counted in struct kvd_holds. The unions are safe
- * because the states exclude each other: next_free is for FREE blocks,
- * the LRU links for ref-0 (CACHED) ones, own_refs and the owner links for
- * held blocks with an owner.
- */
-struct kvd_block {
-	uint32_t	ref;
-	uint32_t	slab;		/* index into ns->slabs */
-	union {
-		uint32_t next_free;	/* FREE: slab free list link */
-		uint32_t own_refs;	/* owner != 0: the owner's refs */
-	};
-	uint32_t	parent;		/* committed parent, KVD_NIL for a root */
-	uint32_t	nr_children;	/* committed blocks whose parent this is */
-	union {
-		struct {		/* on the LRU: cached leaves */
-			uint32_t lru_prev, lru_next;
-		};
-		struct {		/* owner != 0: the owner's list */
-			uint32_t own_prev, own_next;
-		};
-	};
-	uint32_t	owner;		/* client slot + 1, 0: no owner */
-	uint64_t	tick;		/* pool clock when last released */
-	uint32_t	hnext;		/* index chain: id + 1, 0 ends */
-	struct kv_hash	key;		/* index key (tenant secret mixed in) */
-	uint8_t		state;		/* enum kvd_block_state */
-	bool		committed;
-	bool		on_lru;
-	bool		mark;		/* scratch for batch checks */
-};
-
-struct kvd_slab {
-	uint32_t	first_page;
-	uint32_t	first_block;
-	uint32_t	nr_blocks;
-	uint32_t	nr_free;	/* free list + never carved */
-	uint32_t	nr_carved;	/* blocks [first, first + nr_carved) seen */
-	uint32_t	free_head;
-	uint32_t	prev, next;	/* partial list (live) or free slot list */
-	bool		live;
-};
-
-/* One (client, block) pair with the number of refs that client holds. */
-struct kvd_hold {
-	uint32_t	block;
-	uint32_t	client;
-	uint32_t	count;
-	uint32_t	hnext;		/* hash bucket chain */
-	uint32_t	cprev, cnext;	/* the holder's list */
-};
-
+/* The hold table: who holds refs on shared blocks (kvd/hold.c). */
 struct kvd_holds {
 	struct kvd_hold	*nodes;
 	uint32_t	cap;
@@ -170,6 +104,7 @@ struct kvd_ns {
 	uint64_t	evictions;
 };
 
+/* kvd/ns.c: namespaces and the operations clients send */
 int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		       const char **why);
 int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
@@ -180,12 +115,17 @@ bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
 		  const char *model_rev, const struct kv_geometry *g,
 		  uint32_t tenant);
 uint32_t kvd_ns_waste_ppm(const struct kvd_ns *ns);
-
-void kvd_holder_init(struct kvd_holder *h, uint32_t slot);
 int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *h, uint32_t *ids,
 		 uint32_t nr);
 int kvd_ns_alloc_check(const struct kvd_ns *ns, const struct kvd_holder *hr,
 		       uint32_t nr);
+int kvd_ns_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
+		  const struct kv_hash *hashes, uint32_t nr, uint32_t *ids);
+int kvd_ns_alloc_prefix(struct kvd_ns *ns, struct kvd_holder *hr,
+			const struct kv_hash *hashes, uint32_t n_hashes,
+			uint32_t *ids, uint32_t nr);
+int kvd_ns_commit(struct kvd_ns *ns, struct kvd_holder *hr,
+		  struct kv_commit *e, uint32_t nr);
 int kvd_ns_release(struct kvd_ns *ns, struct kvd_holder *h,
 		   const uint32_t *ids, uint32_t nr);
 int kvd_ns_ref(struct kvd_ns *ns, struct kvd_holder *h, const uint32_t *ids,
@@ -195,39 +135,15 @@ int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 		     const uint32_t *ids, uint32_t *dst, uint32_t nr);
 void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		    const uint32_t *dst, uint32_t nr, bool copied);
+uint32_t kvd_ns_evict_all(struct kvd_ns *ns);
+
+/* kvd/hold.c */
+void kvd_holder_init(struct kvd_holder *h, uint32_t slot);
 uint32_t kvd_ns_hold_count(const struct kvd_ns *ns, uint32_t client,
 			   uint32_t block);
 
-/* Ref counting shared with prefix.c: _get takes a held or cached block,
- * _put drops a ref (a committed block is cached at 0, others freed). */
-void kvd_block_get(struct kvd_ns *ns, uint32_t id);
-void kvd_block_put(struct kvd_ns *ns, uint32_t id);
-/* Caller checked: one more ref for @hr (hold and block), or one less. */
-int __kvd_hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id);
-void __kvd_hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id);
-/* Caller checked: @id has ref 0 and is not committed: back to its slab. */
-void __kvd_block_free(struct kvd_ns *ns, uint32_t id);
-int __kvd_ns_alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
-		       uint32_t *ids, uint32_t nr);
-
-/* prefix.c: the prefix cache of a namespace */
-bool kvd_ns_reclaimable(const struct kvd_ns *ns, uint32_t pages);
-int kvd_prefix_reclaim(struct kvd_ns *ns);
-int kvd_prefix_init(struct kvd_ns *ns);
-void kvd_prefix_exit(struct kvd_ns *ns);
-void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id);
-void kvd_prefix_uncache(struct kvd_ns *ns, uint32_t id);
-int kvd_prefix_evict_one(struct kvd_ns *ns, uint32_t *id);
-uint32_t kvd_prefix_evict_all(struct kvd_ns *ns);
-int kvd_prefix_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
-		      const struct kv_hash *hashes, uint32_t nr, uint32_t *ids);
-int kvd_prefix_alloc(struct kvd_ns *ns, struct kvd_holder *hr,
-		     const struct kv_hash *hashes, uint32_t n_hashes,
-		     uint32_t *ids, uint32_t nr);
-int kvd_prefix_commit(struct kvd_ns *ns, struct kvd_holder *hr,
-		      struct kv_commit *e, uint32_t nr);
+/* kvd/ns_debug.c: read-only views for kvctl and the invariant mode */
 int kvd_ns_check(struct kvd_ns *ns, const char **why);
-bool __kvd_hold_live(const struct kvd_ns *ns, uint32_t node);
 struct kv_admin_tree_node;
 int kvd_prefix_tree(struct kvd_ns *ns, struct kv_admin_tree_node *out,
 		    uint32_t max, uint32_t depth);

@@ -92,8 +92,7 @@ static int op_lookup(struct kvd *d, struct kvd_client *c,
 	hashes = copy_hashes(d, c, sqe->off, sqe->nr, &ret);
 	if (!hashes)
 		return ret;
-	ret = kvd_prefix_lookup(c->ns, &c->holder, hashes, sqe->nr,
-				SCRATCH_IDS(d));
+	ret = kvd_ns_lookup(c->ns, &c->holder, hashes, sqe->nr, SCRATCH_IDS(d));
 	if (ret > 0)
 		memcpy(c->data + sqe->args[0], SCRATCH_IDS(d), (size_t)ret * 4);
 	return ret;
@@ -111,8 +110,8 @@ static int op_alloc_prefix(struct kvd *d, struct kvd_client *c,
 	hashes = copy_hashes(d, c, sqe->args[0], (uint32_t)sqe->args[1], &ret);
 	if (!hashes)
 		return ret;
-	ret = kvd_prefix_alloc(c->ns, &c->holder, hashes,
-			       (uint32_t)sqe->args[1], SCRATCH_IDS(d), sqe->nr);
+	ret = kvd_ns_alloc_prefix(c->ns, &c->holder, hashes,
+				  (uint32_t)sqe->args[1], SCRATCH_IDS(d), sqe->nr);
 	if (ret >= 0)
 		memcpy(c->data + sqe->off, SCRATCH_IDS(d), (size_t)sqe->nr * 4);
 	return ret;
@@ -129,7 +128,7 @@ static int op_commit(struct kvd *d, struct kvd_client *c,
 	if (sqe->off % 8)
 		return -EINVAL;
 	memcpy(e, c->data + sqe->off, bytes);
-	ret = kvd_prefix_commit(c->ns, &c->holder, e, sqe->nr);
+	ret = kvd_ns_commit(c->ns, &c->holder, e, sqe->nr);
 	if (ret >= 0)
 		memcpy(c->data + sqe->off, e, bytes);
 	return ret;

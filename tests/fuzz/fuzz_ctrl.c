@@ -156,7 +156,7 @@ static void populate(void)
 		e[k].hash.b[0] = (uint8_t)(k + 1);
 		e[k].parent.b[0] = (uint8_t)k;
 	}
-	if (kvd_prefix_commit(c->ns, &c->holder, e, 8) != 8 ||
+	if (kvd_ns_commit(c->ns, &c->holder, e, 8) != 8 ||
 	    kvd_ns_release(c->ns, &c->holder, ids + 4, 4) != 4)
 		FUZZ_BUG("populate: COMMIT or RELEASE failed");
 	c = &d.clients[1];

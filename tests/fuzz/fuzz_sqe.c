@@ -31,6 +31,7 @@
 #include "client.h"
 #include "daemon.h"
 #include "fuzz.h"
+#include "ns_internal.h"
 #include "ring.h"
 
 #define POOL_PAGES	16
@@ -210,7 +211,7 @@ static void check_holders(unsigned n, const char *when)
 	for (uint32_t k = 0; k < s->holds.used; k++) {
 		const struct kvd_hold *hd = &s->holds.nodes[k];
 
-		if (!__kvd_hold_live(s, k))
+		if (!kvd_hold_live(s, k))
 			continue;
 		if (hd->client >= NR_CLIENTS || client_ns[hd->client] != n ||
 		    !hd->count)

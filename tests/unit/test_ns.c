@@ -1,131 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
- * Namespaces, slabs, blocks and holds (kvd/ns.c).
- *
- * ns.c is included here, its exported names given a t_ prefix so they do
- * not clash with ns.o, to reach its static hold_add(): no opcode shares a
- * block between two holders yet (a prefix hit will), and release_all and
- * the stress test need shared blocks. share() below does what a hit does.
+ * Namespaces, slabs, blocks and holds (kvd/ns.c over kvd/slab.c and
+ * kvd/hold.c), through ns.h and the subsystem's ns_internal.h: no opcode
+ * shares a block between two holders without the prefix cache, and
+ * release_all needs shared blocks; share() (test_ns_util.h) does what a
+ * hit does with the hold table's own functions. The random stress against
+ * a shadow model is test_ns_stress.c.
  */
-#include <errno.h>
-#include <stdarg.h>
-#include <stddef.h>
-#include <setjmp.h>
-#include <stdlib.h>
-#include <string.h>
-#include <cmocka.h>
-
-#define kvd_geometry_check	t_kvd_geometry_check
-#define kvd_ns_init		t_kvd_ns_init
-#define kvd_ns_exit		t_kvd_ns_exit
-#define kvd_ns_match		t_kvd_ns_match
-#define kvd_holder_init		t_kvd_holder_init
-#define kvd_ns_alloc		t_kvd_ns_alloc
-#define kvd_ns_alloc_check	t_kvd_ns_alloc_check
-#define kvd_ns_release		t_kvd_ns_release
-#define kvd_ns_ref		t_kvd_ns_ref
-#define kvd_ns_release_all	t_kvd_ns_release_all
-#define kvd_ns_cow_begin	t_kvd_ns_cow_begin
-#define kvd_ns_cow_end		t_kvd_ns_cow_end
-#define kvd_ns_hold_count	t_kvd_ns_hold_count
-#define kvd_block_get		t_kvd_block_get
-#define kvd_block_put		t_kvd_block_put
-#define __kvd_hold_get		t___kvd_hold_get
-#define __kvd_hold_put		t___kvd_hold_put
-#define __kvd_block_free	t___kvd_block_free
-#define __kvd_ns_alloc_ids	t___kvd_ns_alloc_ids
-#define __kvd_hold_live		t_hold_is_live
-#define kvd_ns_waste_ppm	t_kvd_ns_waste_ppm
-#define kvd_ns_reclaimable	t_kvd_ns_reclaimable
-#include "ns.c"
-
-#define MIB		(1ULL << 20)
-#define GEOM(l, k, d, t, dt)	{ .layers = (l), .kv_heads = (k), \
-				  .head_dim = (d), .block_tokens = (t), \
-				  .dtype = (dt) }
-#define NR_HOLDERS	3
-
-/* 32 layers, 8 kv heads, 128 dim, 16 tokens, fp16: 2 MiB. */
-static const struct kv_geometry g_2m = GEOM(32, 8, 128, 16, KV_DTYPE_FP16);
-/* 80 layers: 5 MiB, slabs of lcm(2, 5) = 10 MiB. */
-static const struct kv_geometry g_5m = GEOM(80, 8, 128, 16, KV_DTYPE_FP16);
-/* 16 layers, 8 tokens: 512 KiB, four blocks a page. */
-static const struct kv_geometry g_512k = GEOM(16, 8, 128, 8, KV_DTYPE_FP16);
-/* 332800 bytes = 2^10 * 325: lcm with 2 MiB is 325 pages. */
-static const struct kv_geometry g_odd = GEOM(13, 5, 80, 16, KV_DTYPE_FP16);
-
-struct ctx {
-	struct kvd_pool	pool;
-	struct kvd_ns	ns;
-	struct kvd_holder h[NR_HOLDERS];
-};
-
-static int ctx_setup(void **state)
-{
-	struct ctx *t = calloc(1, sizeof(*t));
-
-	if (!t)
-		return -1;
-	for (uint32_t i = 0; i < NR_HOLDERS; i++)
-		kvd_holder_init(&t->h[i], 10 + i);
-	*state = t;
-	return 0;
-}
-
-static int ctx_teardown(void **state)
-{
-	struct ctx *t = *state;
-
-	kvd_ns_exit(&t->ns);
-	kvd_pool_exit(&t->pool);
-	free(t);
-	return 0;
-}
-
-static void ns_up(struct ctx *t, uint32_t pages, const struct kv_geometry *g)
-{
-	assert_int_equal(kvd_pool_init(&t->pool, pages), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "model", "", g, 0, 1), 0);
-}
-
-/* What a prefix hit will do: @to takes one more ref on held block @id. */
-static void share(struct kvd_ns *ns, struct kvd_holder *to, uint32_t id)
-{
-	uint32_t *c = hold_count(ns, to->slot, id);
-
-	assert_int_equal(ns->blocks[id].state, KVD_BLOCK_HELD);
-	if (!c) {
-		hold_add(ns, to, id);
-	} else {
-		(*c)++;
-		to->nr_refs++;
-	}
-	ns->blocks[id].ref++;
-}
-
-/* Every page that holds a byte of block @id belongs to a slab. */
-static void assert_block_pages_used(const struct kvd_ns *ns, uint32_t id)
-{
-	uint64_t start = (uint64_t)id * ns->block_bytes;
-	uint64_t end = start + ns->block_bytes;
-
-	assert_true(end <= ns->pool->bytes);
-	for (uint64_t p = start / KV_PAGE_BYTES; p * KV_PAGE_BYTES < end; p++)
-		assert_true(kvd_pool_page_used(ns->pool, (uint32_t)p));
-}
-
-/* Block @id lies inside its slab, which is live. */
-static void assert_block_in_slab(const struct kvd_ns *ns, uint32_t id)
-{
-	const struct kvd_slab *s = &ns->slabs[ns->blocks[id].slab];
-	uint64_t start = (uint64_t)s->first_page * KV_PAGE_BYTES;
-
-	assert_true(s->live);
-	assert_in_range(id, s->first_block, s->first_block + s->nr_blocks - 1);
-	assert_true((uint64_t)id * ns->block_bytes >= start);
-	assert_true((uint64_t)(id + 1) * ns->block_bytes <=
-		    start + ns->slab_bytes);
-}
+#include "test_ns_util.h"
 
 /* ---- geometry ---- */
 
@@ -274,6 +156,52 @@ static void test_ns_init_too_big(void **state)
 	assert_int_equal(kvd_pool_init(&t->pool, 4), 0);
 	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g_5m, 0, 1), -E2BIG);
 	assert_false(t->ns.live);
+}
+
+/* kvd/slab.c alone: carve in order, free list first, back to the pool. */
+static void test_slab_carve_free(void **state)
+{
+	struct ctx *t = *state;
+	uint32_t ids[4], again;
+	int s;
+
+	assert_int_equal(kvd_slab_pages_for(2 * MIB), 1);
+	assert_int_equal(kvd_slab_pages_for(5 * MIB), 5);
+	assert_int_equal(kvd_slab_pages_for(512 * 1024), 1);
+	assert_int_equal(kvd_slab_pages_for(332800), 16);	/* plain pages */
+	ns_up(t, 2, &g_512k);		/* 4 blocks a page, one-page slabs */
+	assert_int_equal(t->ns.partial, KVD_NIL);
+	s = kvd_slab_new(&t->ns);
+	assert_true(s >= 0);
+	assert_int_equal(t->ns.partial, s);
+	assert_int_equal(t->pool.pages_used, 1);
+	assert_int_equal(t->ns.nr_blocks, 4);
+	for (uint32_t i = 0; i < 4; i++) {
+		ids[i] = kvd_slab_carve(&t->ns);
+		assert_int_equal(ids[i], t->ns.slabs[s].first_block + i);
+		assert_int_equal(t->ns.blocks[ids[i]].slab, s);
+	}
+	assert_int_equal(t->ns.partial, KVD_NIL);	/* full */
+	kvd_slab_free_block(&t->ns, ids[1]);
+	assert_int_equal(t->ns.partial, s);
+	assert_int_equal(t->ns.blocks[ids[1]].state, KVD_BLOCK_FREE);
+	again = kvd_slab_carve(&t->ns);
+	assert_int_equal(again, ids[1]);		/* free list first */
+	for (uint32_t i = 0; i < 4; i++)
+		kvd_slab_free_block(&t->ns, ids[i]);
+	assert_int_equal(t->pool.pages_used, 0);	/* all free: given back */
+	assert_int_equal(t->ns.nr_slabs, 0);
+	assert_false(t->ns.slabs[s].live);
+	assert_int_equal(t->ns.blocks[ids[0]].state, KVD_BLOCK_NONE);
+	assert_int_equal(t->pool.frees, 5);
+	/* quota, then no slot left */
+	t->ns.acct.max_pages = 1;
+	assert_true(kvd_slab_new(&t->ns) >= 0);
+	assert_int_equal(kvd_slab_new(&t->ns), -EDQUOT);
+	t->ns.acct.max_pages = 0;
+	assert_true(kvd_slab_new(&t->ns) >= 0);
+	assert_int_equal(kvd_slab_new(&t->ns), -ENOSPC);
+	assert_int_equal(t->pool.pages_used, 2);
 }
 
 /* Huge lcm: plain-page slabs, < 2% waste, blocks inside their slab. */
@@ -794,233 +722,6 @@ static void test_ns_release_all(void **state)
 	assert_int_equal(t->pool.pages_used, 0);
 }
 
-/* ---- stress against a shadow model ---- */
-
-struct model {
-	struct ctx	*t;
-	uint32_t	max;
-	uint32_t	*cnt[NR_HOLDERS];	/* [max_blocks] each */
-	uint32_t	*pick;			/* [max_blocks * 8] */
-	bool		aligned;		/* lcm slabs: exact -ENOSPC */
-	uint32_t	nr_ok, nr_enospc, nr_err;	/* what the steps met */
-};
-
-static uint32_t rnd(uint32_t n)
-{
-	return (uint32_t)rand() % n;
-}
-
-static uint32_t model_sum(const struct model *m, uint32_t id)
-{
-	uint32_t s = 0;
-
-	for (int h = 0; h < NR_HOLDERS; h++)
-		s += m->cnt[h][id];
-	return s;
-}
-
-static void model_check(const struct model *m)
-{
-	const struct kvd_ns *ns = &m->t->ns;
-	uint32_t used = 0, holds = 0, blocks[NR_HOLDERS] = { 0 };
-	uint32_t refs[NR_HOLDERS] = { 0 };
-
-	for (uint32_t id = 0; id < m->max; id++) {
-		uint32_t sum = model_sum(m, id);
-
-		for (int h = 0; h < NR_HOLDERS; h++) {
-			uint32_t c = m->cnt[h][id];
-
-			assert_int_equal(kvd_ns_hold_count(ns, 10 + h, id), c);
-			blocks[h] += c > 0;
-			refs[h] += c;
-			holds += c > 0;
-		}
-		if (!sum) {
-			assert_int_not_equal(ns->blocks[id].state,
-					     KVD_BLOCK_HELD);
-			continue;
-		}
-		used++;
-		assert_int_equal(ns->blocks[id].state, KVD_BLOCK_HELD);
-		assert_int_equal(ns->blocks[id].ref, sum);
-		assert_block_in_slab(ns, id);
-		assert_block_pages_used(ns, id);
-	}
-	assert_int_equal(ns->blocks_used, used);
-	assert_int_equal(ns->holds.nr + ns->holds.owned, holds);
-	for (int h = 0; h < NR_HOLDERS; h++) {
-		assert_int_equal(m->t->h[h].nr_blocks, blocks[h]);
-		assert_int_equal(m->t->h[h].nr_refs, refs[h]);
-	}
-	assert_int_equal(m->t->pool.pages_used, ns->nr_slabs * ns->slab_pages);
-}
-
-/* Up to @n ids that holder @h holds, each at most as often as held. */
-static uint32_t model_pick(struct model *m, int h, uint32_t *out, uint32_t n)
-{
-	uint32_t nr = 0, k = 0;
-
-	for (uint32_t id = 0; id < m->max; id++)
-		for (uint32_t c = 0; c < m->cnt[h][id] && c < 8; c++)
-			m->pick[nr++] = id;
-	while (k < n && nr) {
-		uint32_t i = rnd(nr);
-
-		out[k++] = m->pick[i];
-		m->pick[i] = m->pick[--nr];
-	}
-	return k;
-}
-
-static void step_alloc(struct model *m, int h)
-{
-	struct kvd_ns *ns = &m->t->ns;
-	uint32_t ids[16], nr = 1 + rnd(rnd(4) ? 4 : 16);
-	int ret = kvd_ns_alloc(ns, &m->t->h[h], ids, nr);
-
-	if (nr > m->max) {
-		assert_int_equal(ret, -E2BIG);
-		return;
-	}
-	if (ret == -ENOSPC) {
-		uint64_t room = ns->nr_blocks - ns->blocks_used +
-			(uint64_t)(ns->max_slabs - ns->nr_slabs) *
-			(ns->slab_bytes / ns->block_bytes);
-
-		if (m->aligned)
-			assert_true(room < nr);
-		m->nr_enospc++;
-		return;
-	}
-	assert_int_equal(ret, nr);
-	m->nr_ok++;
-	for (uint32_t i = 0; i < nr; i++) {
-		assert_in_range(ids[i], 0, m->max - 1);
-		assert_int_equal(model_sum(m, ids[i]), 0);
-		m->cnt[h][ids[i]] = 1;	/* a duplicate fails next check */
-	}
-}
-
-static void step_ref(struct model *m, int h)
-{
-	uint32_t ids[5], n = model_pick(m, h, ids, 1 + rnd(4));
-
-	if (!n)
-		return;
-	if (rnd(2))
-		ids[n++] = ids[0];	/* twice the same is fine */
-	assert_int_equal(kvd_ns_ref(&m->t->ns, &m->t->h[h], ids, n), n);
-	for (uint32_t i = 0; i < n; i++)
-		m->cnt[h][ids[i]]++;
-}
-
-static void step_release(struct model *m, int h)
-{
-	uint32_t ids[5], n = model_pick(m, h, ids, 1 + rnd(4));
-	int bad = rnd(4), err = 0;
-
-	if (!n)
-		return;
-	if (!bad) {
-		/* One entry too many: something h does not hold (enough). */
-		uint32_t id = rnd(m->max);
-
-		err = m->cnt[h][id] > 0 ? 0 : -EPERM;
-		if (!err) {
-			uint32_t seen = 0;
-
-			for (uint32_t i = 0; i < n; i++)
-				seen += ids[i] == id;
-			err = seen + 1 > m->cnt[h][id] ? -EPERM : 0;
-		}
-		if (rnd(8) == 0) {
-			id = m->max + rnd(3);
-			err = -EINVAL;
-		}
-		ids[n++] = id;
-	}
-	if (err) {
-		assert_int_equal(kvd_ns_release(&m->t->ns, &m->t->h[h], ids, n),
-				 err);
-		m->nr_err++;
-		return;
-	}
-	assert_int_equal(kvd_ns_release(&m->t->ns, &m->t->h[h], ids, n), n);
-	for (uint32_t i = 0; i < n; i++)
-		m->cnt[h][ids[i]]--;
-}
-
-static void step_share(struct model *m, int h)
-{
-	uint32_t id, from = rnd(NR_HOLDERS);
-
-	if (!model_pick(m, (int)from, &id, 1))
-		return;
-	share(&m->t->ns, &m->t->h[h], id);
-	m->cnt[h][id]++;
-}
-
-static void stress(struct ctx *t, uint32_t pages, const struct kv_geometry *g,
-		   bool aligned, unsigned int seed)
-{
-	struct model m = { .t = t, .aligned = aligned };
-
-	srand(seed);
-	ns_up(t, pages, g);
-	m.max = t->ns.max_blocks;
-	for (int h = 0; h < NR_HOLDERS; h++)
-		m.cnt[h] = calloc(m.max, sizeof(uint32_t));
-	m.pick = calloc((size_t)m.max * 8 * NR_HOLDERS, sizeof(uint32_t));
-	for (int step = 0; step < 3000; step++) {
-		int h = (int)rnd(NR_HOLDERS), op = (int)rnd(100);
-
-		if (op < 35)
-			step_alloc(&m, h);
-		else if (op < 50)
-			step_ref(&m, h);
-		else if (op < 88)
-			step_release(&m, h);
-		else if (op < 97)
-			step_share(&m, h);
-		else {
-			kvd_ns_release_all(&t->ns, &t->h[h]);
-			memset(m.cnt[h], 0, m.max * sizeof(uint32_t));
-		}
-		model_check(&m);
-	}
-	for (int h = 0; h < NR_HOLDERS; h++) {
-		kvd_ns_release_all(&t->ns, &t->h[h]);
-		memset(m.cnt[h], 0, m.max * sizeof(uint32_t));
-	}
-	model_check(&m);
-	assert_int_equal(t->pool.pages_used, 0);
-	print_message("%u allocs, %u -ENOSPC, %u bad releases, peak %u pages\n",
-		      m.nr_ok, m.nr_enospc, m.nr_err,
-		      t->pool.peak_pages_used);
-	assert_true(m.nr_enospc > 0 && m.nr_err > 0);
-	for (int h = 0; h < NR_HOLDERS; h++)
-		free(m.cnt[h]);
-	free(m.pick);
-}
-
-static void test_ns_stress_512k(void **state)
-{
-	stress(*state, 8, &g_512k, true, 1);
-}
-
-static void test_ns_stress_5m(void **state)
-{
-	stress(*state, 21, &g_5m, true, 2);
-}
-
-static void test_ns_stress_odd(void **state)
-{
-	stress(*state, 40, &g_odd, false, 3);
-}
-
-#define T(f)	cmocka_unit_test_setup_teardown(f, ctx_setup, ctx_teardown)
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1029,6 +730,7 @@ int main(void)
 		T(test_ns_init_geometry_2m),
 		T(test_ns_init_geometry_5m),
 		T(test_ns_init_too_big),
+		T(test_slab_carve_free),
 		T(test_ns_odd_geometry_slabs),
 		T(test_ns_odd_geometry_any_start),
 		T(test_ns_match),
@@ -1045,9 +747,6 @@ int main(void)
 		T(test_ns_cow),
 		T(test_ns_free_slab_returns_to_pool),
 		T(test_ns_release_all),
-		T(test_ns_stress_512k),
-		T(test_ns_stress_5m),
-		T(test_ns_stress_odd),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

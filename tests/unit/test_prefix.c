@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * The prefix cache (kvd/prefix.c) on a real namespace: leaf-first LRU,
- * eviction instead of -ENOSPC, commit dedup, and a randomized run of
- * lookups, allocations, commits, refs, releases and client deaths with
- * the books checked by kvd_ns_check() after every step.
+ * The prefix cache (kvd/prefix.c, through kvd/ns.c) on a real namespace:
+ * leaf-first LRU, eviction instead of -ENOSPC, commit dedup, and a
+ * randomized run of lookups, allocations, commits, refs, releases and
+ * client deaths with the books checked by kvd_ns_check() after every
+ * step.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -13,7 +14,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "ns.h"
+#include "ns_internal.h"
 
 #define NR_HOLDERS	3
 #define MIB		(1ULL << 20)
@@ -78,7 +79,54 @@ static void commit_chain(struct ctx *t, int who, const uint32_t *ids,
 		if (i)
 			e[i].parent = H(base + i - 1);
 	}
-	assert_int_equal(kvd_prefix_commit(&t->ns, &t->h[who], e, n), (int)n);
+	assert_int_equal(kvd_ns_commit(&t->ns, &t->h[who], e, n), (int)n);
+}
+
+/*
+ * The leaf on its own: publish a chain, match it, then evict leaf first;
+ * each evicted block is the caller's to give back (here, to its slab).
+ */
+static void test_prefix_leaf_match_evict(void **state)
+{
+	struct ctx *t = ctx_new(4);	/* 8 blocks */
+	struct kv_hash root = { { 0 } }, key, q[4];
+	uint32_t ids[3], got[4], id;
+
+	(void)state;
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 3), 3);
+	for (uint32_t i = 0; i < 3; i++) {
+		struct kv_hash h = H(10 + i), parent = i ? H(10 + i - 1) : root;
+
+		key = kvd_prefix_key(&t->ns, &h);
+		assert_int_equal(kvd_prefix_find(&t->ns, &key), KVD_NIL);
+		kvd_prefix_publish(&t->ns, ids[i], &key, &parent);
+		assert_int_equal(kvd_prefix_find(&t->ns, &key), ids[i]);
+	}
+	assert_int_equal(t->ns.committed_blocks, 3);
+	assert_int_equal(t->ns.blocks[ids[0]].nr_children, 1);
+	assert_int_equal(t->ns.blocks[ids[1]].parent, ids[0]);
+	/* the longest prefix, stopped by a miss; no ref taken */
+	q[0] = H(10), q[1] = H(11), q[2] = H(12), q[3] = H(99);
+	assert_int_equal(kvd_prefix_match(&t->ns, q, 4, got), 3);
+	assert_memory_equal(got, ids, sizeof(ids));
+	assert_int_equal(kvd_prefix_match(&t->ns, q + 3, 1, got), 0);
+	assert_int_equal(t->ns.blocks[ids[0]].ref, 1);
+	/* at ref 0 only the leaf is on the LRU: it goes first */
+	assert_int_equal(kvd_ns_release(&t->ns, &t->h[0], ids, 3), 3);
+	assert_int_equal(t->ns.lru_len, 1);
+	check(t);
+	for (uint32_t i = 3; i--;) {
+		assert_int_equal(kvd_prefix_evict_one(&t->ns, &id), 0);
+		assert_int_equal(id, ids[i]);
+		assert_false(t->ns.blocks[id].committed);
+		kvd_slab_free_block(&t->ns, id);
+		check(t);
+	}
+	assert_int_equal(kvd_prefix_evict_one(&t->ns, &id), -ENOSPC);
+	assert_int_equal(kvd_prefix_match(&t->ns, q, 3, got), 0);
+	assert_int_equal(t->ns.evictions, 3);
+	assert_int_equal(t->pool.pages_used, 0);
+	ctx_free(t);
 }
 
 static void test_prefix_lru_leaf_first(void **state)
@@ -103,7 +151,7 @@ static void test_prefix_lru_leaf_first(void **state)
 	/* a1 became a leaf and went to the LRU head: next out. */
 	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], &x, 1), 1);
 	assert_int_equal(x, a[1]);
-	assert_int_equal(kvd_prefix_lookup(&t->ns, &t->h[2], chain, 3, hits), 1);
+	assert_int_equal(kvd_ns_lookup(&t->ns, &t->h[2], chain, 3, hits), 1);
 	assert_int_equal(hits[0], a[0]);	/* a0 still reachable */
 	check(t);
 	/* b and a0 held by nobody but h2's hit: only b can go. */
@@ -132,21 +180,22 @@ static void test_prefix_alloc_all_or_nothing(void **state)
 	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[2], other, 2), 2);
 	commit_chain(t, 0, ids, 2, 1);
 	/* h1 hits both and wants 5 in all: 3 new, 2 free; nothing kept. */
-	assert_int_equal(kvd_prefix_alloc(&t->ns, &t->h[1], hs, 2, more, 5),
+	assert_int_equal(kvd_ns_alloc_prefix(&t->ns, &t->h[1], hs, 2, more, 5),
 			 -ENOSPC);
 	assert_int_equal(t->h[1].nr_refs, 0);
 	assert_int_equal(t->ns.blocks[ids[0]].ref, 1);
 	check(t);
-	assert_int_equal(kvd_prefix_alloc(&t->ns, &t->h[1], hs, 2, more, 4), 2);
+	assert_int_equal(kvd_ns_alloc_prefix(&t->ns, &t->h[1], hs, 2, more, 4),
+			 2);
 	assert_int_equal(more[0], ids[0]);
 	assert_int_equal(more[1], ids[1]);
-	assert_int_equal(kvd_prefix_alloc(&t->ns, &t->h[1], hs, 3, more, 2),
+	assert_int_equal(kvd_ns_alloc_prefix(&t->ns, &t->h[1], hs, 3, more, 2),
 			 -EINVAL);	/* more hashes than blocks */
 	check(t);
 	kvd_ns_release_all(&t->ns, &t->h[0]);
 	kvd_ns_release_all(&t->ns, &t->h[1]);
 	kvd_ns_release_all(&t->ns, &t->h[2]);
-	assert_int_equal(kvd_prefix_evict_all(&t->ns), 2);
+	assert_int_equal(kvd_ns_evict_all(&t->ns), 2);
 	check(t);
 	assert_int_equal(t->pool.pages_used, 0);
 	ctx_free(t);
@@ -163,17 +212,17 @@ static void test_prefix_commit_dedup_refs(void **state)
 	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], &b, 1), 1);
 	commit_chain(t, 0, &a, 1, 9);
 	e = (struct kv_commit){ .id = b, .hash = H(9) };
-	assert_int_equal(kvd_prefix_commit(&t->ns, &t->h[1], &e, 1), 1);
+	assert_int_equal(kvd_ns_commit(&t->ns, &t->h[1], &e, 1), 1);
 	assert_int_equal(e.id, a);
 	assert_int_equal(e.flags, KV_COMMIT_DEDUP);
 	assert_int_equal(t->ns.blocks[a].ref, 2);
 	assert_int_equal(t->ns.blocks[b].state, KVD_BLOCK_FREE);	/* released */
 	check(t);
 	e = (struct kv_commit){ .id = a, .hash = H(10) };
-	assert_int_equal(kvd_prefix_commit(&t->ns, &t->h[2], &e, 1), -EPERM);
-	assert_int_equal(kvd_prefix_commit(&t->ns, &t->h[1], &e, 1), -EEXIST);
+	assert_int_equal(kvd_ns_commit(&t->ns, &t->h[2], &e, 1), -EPERM);
+	assert_int_equal(kvd_ns_commit(&t->ns, &t->h[1], &e, 1), -EEXIST);
 	e.flags = 1;
-	assert_int_equal(kvd_prefix_commit(&t->ns, &t->h[1], &e, 1), -EINVAL);
+	assert_int_equal(kvd_ns_commit(&t->ns, &t->h[1], &e, 1), -EINVAL);
 	kvd_ns_release_all(&t->ns, &t->h[0]);
 	kvd_ns_release_all(&t->ns, &t->h[1]);
 	assert_int_equal(t->ns.cached_blocks, 1);
@@ -194,11 +243,11 @@ static void test_prefix_ref_never_wraps(void **state)
 	commit_chain(t, 0, &a, 1, 77);
 	/* pretend h0 took KVD_REF_MAX - 1 more refs (REF would take 30 s) */
 	t->ns.blocks[a].ref = KVD_REF_MAX;
-	assert_int_equal(kvd_prefix_lookup(&t->ns, &t->h[1], &h, 1, &hit), 0);
+	assert_int_equal(kvd_ns_lookup(&t->ns, &t->h[1], &h, 1, &hit), 0);
 	assert_int_equal(kvd_ns_ref(&t->ns, &t->h[0], &a, 1), -EOVERFLOW);
 	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[1], &b, 1), 1);
 	e = (struct kv_commit){ .id = b, .hash = h };
-	assert_int_equal(kvd_prefix_commit(&t->ns, &t->h[1], &e, 1), 1);
+	assert_int_equal(kvd_ns_commit(&t->ns, &t->h[1], &e, 1), 1);
 	assert_int_equal(e.id, b);		/* kept its own block */
 	assert_int_equal(e.flags, 0);
 	assert_int_equal(t->ns.blocks[a].ref, KVD_REF_MAX);
@@ -244,8 +293,8 @@ static void test_prefix_random_books(void **state)
 		case 1:	/* a request: hit what is cached, allocate the rest */
 			if (nheld[who] + len > 64)
 				break;
-			ret = kvd_prefix_alloc(&t->ns, &t->h[who], hs, len, ids,
-					       len);
+			ret = kvd_ns_alloc_prefix(&t->ns, &t->h[who], hs, len,
+						  ids, len);
 			if (ret < 0) {
 				assert_int_equal(ret, -ENOSPC);
 				break;
@@ -257,7 +306,7 @@ static void test_prefix_random_books(void **state)
 
 				if (i)
 					e.parent = hs[i - 1];
-				ret = kvd_prefix_commit(&t->ns, &t->h[who], &e, 1);
+				ret = kvd_ns_commit(&t->ns, &t->h[who], &e, 1);
 				assert_true(ret == 1 || ret == -EEXIST);
 				ids[i] = e.id;
 			}
@@ -300,7 +349,7 @@ static void test_prefix_random_books(void **state)
 	for (int i = 0; i < NR_HOLDERS; i++)
 		kvd_ns_release_all(&t->ns, &t->h[i]);
 	check(t);
-	kvd_prefix_evict_all(&t->ns);
+	kvd_ns_evict_all(&t->ns);
 	check(t);
 	assert_int_equal(t->pool.pages_used, 0);
 	print_message("%llu ops, %llu hit blocks, %llu evictions\n",
@@ -313,6 +362,7 @@ static void test_prefix_random_books(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_prefix_leaf_match_evict),
 		cmocka_unit_test(test_prefix_lru_leaf_first),
 		cmocka_unit_test(test_prefix_alloc_all_or_nothing),
 		cmocka_unit_test(test_prefix_commit_dedup_refs),
