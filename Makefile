@@ -453,6 +453,6 @@ clean:
 # The header dependencies the compiles wrote (DEPFLAGS).
 -include $(shell find $(O) $(FUZZ_O) -name '*.d' 2>/dev/null)
 
-.PHONY: all deps test check man-check clang-check demo install clean kernels kernels-usage \
+.PHONY: all deps test check man-check clang-check layering-check demo install clean kernels kernels-usage \
 	ring-stress soak tsan valgrind
 .SECONDARY:
