@@ -234,9 +234,11 @@ test: all $(UNIT_BINS) $(INTEG_BINS) man-check clang-check layering-check
 	$(Q)O=$(O) sh tests/runtests.sh
 
 # The layers call one way: no circle of calls among the objects of kvd/,
-# libkvclient/, kernels/ or tools/ (nm and tsort; tests/layering-check.sh).
+# libkvclient/, kernels/ or tools/ (nm and tsort; tests/layering-check.sh);
+# and README's Layout names every source file (tests/layout-check.sh).
 layering-check: all
 	$(Q)sh tests/layering-check.sh $(O)
+	$(Q)sh tests/layout-check.sh
 
 # Every kv_ symbol either library exports has a man3 page, and every
 # page lints clean.

@@ -1,4 +1,9 @@
 // SPDX-License-Identifier: MIT
+/*
+ * The tools' side of kvd's admin socket (kvctl, kvbench): one
+ * SOCK_SEQPACKET request, one reply datagram, with a timeout so a hung
+ * kvd never hangs the tool.
+ */
 #include <errno.h>
 #include <stdio.h>
 #include <sys/socket.h>

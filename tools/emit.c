@@ -1,4 +1,8 @@
 // SPDX-License-Identifier: MIT
+/*
+ * The emitter's two forms (emit.h): an indented table for people, JSON
+ * for scripts, from the same calls.
+ */
 #include <math.h>
 #include <string.h>
 
