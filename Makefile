@@ -103,7 +103,10 @@ $(KERNELS_LIB): $(KERNELS_OBJS) kernels/libkvkernels.map
 		-Wl,--version-script=kernels/libkvkernels.map -o $@ $(KERNELS_OBJS) -lm
 	$(Q)ln -sf $(KERNELS_SONAME) $(O)/libkvkernels.so
 
-LIB_RPATH	:= -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..' -Wl,-rpath,$(PREFIX)/lib
+# In build/ ($$ORIGIN, tests two levels down), and installed under any
+# PREFIX: bin/ and sbin/ beside lib/ ($$ORIGIN/../lib).
+LIB_RPATH	:= -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..' \
+		   -Wl,-rpath,'$$ORIGIN/../lib' -Wl,-rpath,$(PREFIX)/lib
 LIB_LINK	:= -L$(O) -lkvclient $(LIB_RPATH)
 KERNELS_LINK	:= -L$(O) -lkvkernels $(LIB_RPATH)
 

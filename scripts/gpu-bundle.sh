@@ -97,7 +97,7 @@ glibc=$(for f in "$B"/bin/* "$B"/tests/* "$B"/lib/*; do objdump -T "$f"; done |
 	echo "kvd $(cat VERSION) GPU check bundle"
 	echo "commit: $(git describe --always --dirty 2>/dev/null || echo unknown)"
 	echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -m)"
-	echo "needs: glibc >= $glibc (built on $(ldd --version | sed -n '1s/.* //p')), x86_64, the NVIDIA driver (libcuda.so.1)"
+	echo "needs: glibc >= $glibc (built on $(ldd --version | sed -n '1s/.* //p')), x86_64, the NVIDIA driver (libcuda.so.1) of a CUDA release >= nvcc's below"
 	echo "nvcc: $("${NVCC:-nvcc}" --version 2>/dev/null | sed -n 's/.*release \([^,]*\),.*/\1/p' || true)"
 	echo "run: sh run.sh (exit 0 all passed, 1 a check failed, 77 no GPU)"
 	echo "libraries: $(cd "$B/lib" && echo *)"
