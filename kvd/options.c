@@ -115,6 +115,38 @@ static const char *opt_name(const struct conf_key *k, char *buf, size_t len)
 	return buf;
 }
 
+/*
+ * getopt_long said '?' for @arg: a short option it does not know, a long
+ * one that takes no value but was given one (optopt names it), or a long
+ * one it does not know or that abbreviates several (optopt 0).
+ */
+static int bad_option(struct conf_ctx *c, const struct option *opts,
+		      const char *arg)
+{
+	char list[256] = "";
+	size_t len, n = 0, used = 0;
+
+	if (strncmp(arg, "--", 2))
+		return conf_err(c, "unknown option '-%c'", optopt);
+	arg += 2;
+	len = strcspn(arg, "=");
+	if (optopt)
+		return conf_err(c, "--%.*s takes no value", (int)len, arg);
+	for (; opts->name; opts++) {
+		if (strncmp(opts->name, arg, len))
+			continue;
+		n++;
+		if (used < sizeof(list))
+			used += snprintf(list + used, sizeof(list) - used,
+					 "%s--%s", n > 1 ? ", " : "",
+					 opts->name);
+	}
+	if (n > 1)
+		return conf_err(c, "'--%.*s' is ambiguous: %s", (int)len, arg,
+				list);
+	return conf_err(c, "unknown option '--%.*s'", (int)len, arg);
+}
+
 int kvd_config_argv(struct kvd_config *cfg, int argc, char **argv,
 		    char *err, size_t errlen)
 {
@@ -130,12 +162,8 @@ int kvd_config_argv(struct kvd_config *cfg, int argc, char **argv,
 	optind = 0;		/* a fresh scan, each call */
 	opterr = 0;
 	while ((o = getopt_long(argc, argv, shorts, opts, NULL)) != -1) {
-		if (o == '?') {
-			if (optopt && optopt < OPT_LONG)
-				return conf_err(&c, "unknown option '-%c'", optopt);
-			return conf_err(&c, "unknown option '%s'",
-					argv[optind - 1]);
-		}
+		if (o == '?')
+			return bad_option(&c, opts, argv[optind - 1]);
 		if (o == ':') {
 			k = key_of(optopt);
 			return conf_err(&c, "%s: no value",

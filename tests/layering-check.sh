@@ -51,6 +51,6 @@ objs() {
 
 check kvd $(objs obj kvd/*.c)
 check libkvclient $(objs pic libkvclient/*.c)
-check kernels $(objs obj kernels/*.c)
+check kernels $(objs pic kernels/*.c)
 check tools $(objs obj tools/*.c tools/kvbench/*.c)
 exit $status

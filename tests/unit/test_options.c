@@ -108,6 +108,10 @@ static void test_options_errors(void **state)
 		{ "--frob", NULL, "unknown option '--frob'" },
 		{ "--socket_mode", "0600", "unknown option '--socket_mode'" },
 		{ "-x", NULL, "unknown option '-x'" },
+		{ "--frob=2", NULL, "unknown option '--frob'" },
+		{ "--hugepages=yes", NULL, "--hugepages takes no value" },
+		{ "--version=1", NULL, "--version takes no value" },
+		{ "--max", "1", "'--max' is ambiguous: --max-clients, --max-namespaces, --max-ring-entries, --max-client-blocks" },
 		{ "extra", NULL, "unexpected argument 'extra'" },
 	};
 	struct argv_run r;

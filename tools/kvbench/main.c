@@ -20,7 +20,7 @@
 #include "modes.h"
 
 #define OG_ENGINE	(KVB_OG_JSON | KVB_OG_KVD | KVB_OG_FLEET)
-#define OG_ON_KVD	(KVB_OG_JSON | KVB_OG_KVD | KVB_OG_ADMIN)
+#define OG_ON_KVD	(KVB_OG_JSON | KVB_OG_KVD)
 
 static const struct kvb_mode_def kvb_modes[KVB_NR_MODES] = {
 	[KVB_MODE_ALLOC] = {
@@ -35,7 +35,7 @@ static const struct kvb_mode_def kvb_modes[KVB_NR_MODES] = {
 	},
 	[KVB_MODE_WORKLOAD] = {
 		.name	= "--workload",
-		.opts	= OG_ON_KVD | KVB_OG_RUNS,
+		.opts	= OG_ON_KVD | KVB_OG_ADMIN | KVB_OG_RUNS,
 		.run	= kvb_mode_workload,
 	},
 	[KVB_MODE_FLOOR] = {

@@ -112,7 +112,7 @@ static const struct kvb_optdef {
 static const char *const og_home[KVB_NR_OG] = {
 	"a mode that writes a report",
 	"a mode that uses kvd",
-	"a replay or a benchmark on kvd",
+	"a replay or --workload",
 	"the alloc/release benchmark or a replay",
 	"the alloc/release benchmark",
 	"a replay (--trace or --synthetic)",
@@ -609,7 +609,8 @@ static int check_groups(const struct kvb_opts *o,
 			continue;
 		if (given[g]->val == 'n' && o->mode == KVB_MODE_REPLAY)
 			hint = " (use --limit)";
-		else if (given[g]->val == 'n')
+		else if (given[g]->val == 'n' &&
+			 (md->opts & KVB_OG_ITERS))
 			hint = " (round trips: --iterations N)";
 		fprintf(stderr, "kvbench: --%s goes with %s, not with %s%s\n",
 			given[g]->name, og_home[g], md->name, hint);
