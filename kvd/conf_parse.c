@@ -18,12 +18,15 @@
  * success (tenant.c), so a bad file never half-applies.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "conf_key.h"
 
@@ -567,6 +570,17 @@ static int parse_assignment(struct parser *p, char *s)
 	return 0;
 }
 
+/* After a CR: is it the end of the line (LF or the file's end)? */
+static bool crlf_ends(FILE *f)
+{
+	int d = getc(f);
+
+	if (d == '\n' || d == EOF)
+		return true;
+	ungetc(d, f);
+	return false;
+}
+
 /*
  * Reads the next line into @buf (KVD_CONF_LINE_MAX + 1 bytes), without
  * its newline (or CR LF). Returns 1, 0 at the end of the file, or an
@@ -581,6 +595,8 @@ static int read_line(struct parser *p, FILE *f, char *buf)
 	errno = 0;
 	while ((c = getc(f)) != EOF && c != '\n') {
 		if (n == KVD_CONF_LINE_MAX) {
+			if (c == '\r' && crlf_ends(f))
+				break;	/* a full line's CR LF */
 			p->c.line++;
 			return perr(p, "line too long (more than %d bytes)",
 				    KVD_CONF_LINE_MAX);
@@ -642,6 +658,37 @@ static int file_end(struct parser *p)
 	return 0;
 }
 
+/*
+ * Opens @path for reading if it is a file or a character device (as
+ * /dev/null, an empty configuration): 0, -EISDIR, -EINVAL (a FIFO, a
+ * socket, a block device), or another -errno. Opened and read
+ * non-blocking, so no file can hold kvd in open() or read() (a reload
+ * runs on the event loop): a FIFO there blocked it until written to.
+ */
+static int open_regular(const char *path, FILE **fp)
+{
+	struct stat st;
+	int fd, ret;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return errno ? -errno : -EIO;
+	if (fstat(fd, &st)) {
+		ret = -errno;
+		goto out_close;
+	}
+	ret = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+	if (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))
+		goto out_close;
+	*fp = fdopen(fd, "r");
+	if (*fp)
+		return 0;
+	ret = -errno;
+out_close:
+	close(fd);
+	return ret;
+}
+
 int kvd_conf_load(const char *path, struct kvd_conf *conf, char *err,
 		  size_t errlen)
 {
@@ -657,10 +704,11 @@ int kvd_conf_load(const char *path, struct kvd_conf *conf, char *err,
 	memset(conf, 0, sizeof(*conf));
 	if (errlen)
 		err[0] = 0;
-	f = fopen(path, "re");
-	if (!f) {
-		ret = errno ? -errno : -EIO;
-		if (errlen)
+	ret = open_regular(path, &f);
+	if (ret) {
+		if (errlen && ret == -EINVAL)
+			snprintf(err, errlen, "%s: not a file", path);
+		else if (errlen)
 			snprintf(err, errlen, "%s: %s", path,
 				 strerror_r(-ret, eb, sizeof(eb)));
 		return ret;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -603,6 +604,44 @@ static void test_config_line_too_long(void **state)
 	free(text);
 }
 
+/* A line of 1024 bytes may end in CR LF, as any other line (kvd.conf(5)). */
+static void test_config_line_max_crlf(void **state)
+{
+	struct ctx *t = *state;
+	char *text = malloc(2200);
+
+	assert_non_null(text);
+	strcpy(text, "max_clients = 3\r\n");
+	memset(text + 17, '#', 1024);
+	strcpy(text + 17 + 1024, "\r\nmax_namespaces = 9\r\n");
+	t_load_ok(t, text);
+	assert_int_equal(t->conf.max_clients, 3);
+	assert_int_equal(t->conf.max_namespaces, 9);
+	free(text);
+}
+
+/*
+ * A FIFO (or a socket) is refused: it blocked kvd's event loop in open()
+ * (a reload runs on it) until someone wrote to it. /dev/null is an empty
+ * configuration.
+ */
+static void test_config_not_regular(void **state)
+{
+	struct ctx *t = *state;
+	char want[ERRLEN];
+
+	unlink(t->path);
+	assert_int_equal(mkfifo(t->path, 0600), 0);
+	alarm(10);		/* the old open() blocked for ever */
+	assert_int_equal(kvd_conf_load(t->path, &t->conf, t->err,
+				       sizeof(t->err)), -EINVAL);
+	alarm(0);
+	snprintf(want, sizeof(want), "%s: not a file", t->path);
+	assert_string_equal(t->err, want);
+	assert_int_equal(kvd_conf_load("/dev/null", &t->conf, t->err,
+				       sizeof(t->err)), 0);
+}
+
 static void test_config_missing_file(void **state)
 {
 	struct ctx *t = *state;
@@ -861,6 +900,8 @@ int main(void)
 		T(test_config_error_exact),
 		T(test_config_error_hides_secret),
 		T(test_config_line_too_long),
+		T(test_config_line_max_crlf),
+		T(test_config_not_regular),
 		T(test_config_missing_file),
 		T(test_config_err_buffer),
 		T(test_config_tenant_of),
