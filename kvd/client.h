@@ -16,6 +16,20 @@
  * connections never take a client's slot; past this the oldest goes. */
 #define KVD_MAX_PENDING	64
 
+/* A parked SQE's state (ring.c). */
+enum kvd_wait_state {
+	KVD_WAIT_PARKED,	/* tried: waits for a free or its deadline */
+	KVD_WAIT_LINKED,	/* waits for the entry before it to complete */
+	KVD_WAIT_READY,		/* that one succeeded: to be tried now */
+	KVD_WAIT_CANCEL,	/* that one failed: to complete -ECANCELED */
+};
+
+struct kvd_wait {
+	struct kv_sqe	sqe;
+	uint64_t	deadline_ns;	/* PARKED: -ETIMEDOUT from then on */
+	int		state;		/* enum kvd_wait_state */
+};
+
 enum kvd_client_state {
 	KVD_CLIENT_FREE = 0,
 	KVD_CLIENT_HELLO,	/* accepted, waiting for HELLO */
@@ -46,10 +60,15 @@ struct kvd_client {
 	const char	*doomed;	/* to be disconnected after this pass */
 	bool		ext_behind;	/* extents still to send (socket full) */
 	uint64_t	ext_epoch;	/* d->ext_epoch when last brought up to date */
-	/* an SQE with KV_SQE_WAIT waiting for blocks (ring.c) */
-	bool		waiting;
-	struct kv_sqe	wait_sqe;
-	uint64_t	wait_deadline_ns;
+	/*
+	 * SQEs taken off the SQ but not completed (ring.c): KV_SQE_WAIT
+	 * requests waiting for blocks, and those linked behind one
+	 * (KV_SQE_LINK), in the order taken; at most sq_entries, each
+	 * with a CQ slot kept for it. SQEs behind them are served.
+	 */
+	struct kvd_wait	*waits;
+	uint32_t	nr_waits;
+	uint8_t		link;		/* what the next SQE taken is linked to */
 	uint64_t	wait_frees;	/* pool->frees when last tried */
 	/* a CQE held back until the client has the extents it may name */
 	bool		cqe_deferred;

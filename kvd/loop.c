@@ -273,13 +273,14 @@ static bool drain_rings(struct kvd *d)
 }
 
 /*
- * Has @c an SQE kvd has not taken? (acquire: see D1) Not when parked on
- * a wait, or stalled on a CQ the client has not reaped: those are not
- * work yet, and spinning on them would burn a core.
+ * Has @c an SQE kvd has not taken? (acquire: see D1) Not when it takes
+ * none (a CQE held back, or its parked SQEs at their bound), or stalled
+ * on a CQ the client has not reaped: those are not work yet, and
+ * spinning on them would burn a core. SQEs behind parked ones are work.
  */
 static bool ring_has_work(struct kvd_client *c)
 {
-	if (c->waiting || c->cqe_deferred ||
+	if (kvd_ring_blocked(c) ||
 	    (c->cq_stalled && !kvd_ring_cq_reaped(c)))
 		return false;
 	return kv_smp_load_acquire(c->sq_ktail) != c->sq_head;
@@ -309,7 +310,7 @@ static bool try_park(struct kvd *d, struct kvd_client *c)
 {
 	if (kvd_ring_prepare_sleep(c))
 		return true;
-	if (!c->waiting && !c->cqe_deferred)
+	if (!kvd_ring_parked(c))
 		kvd_client_park(d, c);
 	return false;
 }
@@ -338,8 +339,8 @@ static bool park_idle(struct kvd *d, uint64_t now)
 		if (c->served) {
 			c->served = false;
 			c->last_work_ns = now;
-		} else if (now - c->last_work_ns >= park && !c->waiting &&
-			   !c->cqe_deferred && try_park(d, c)) {
+		} else if (now - c->last_work_ns >= park &&
+			   !kvd_ring_parked(c) && try_park(d, c)) {
 			work = true;
 		}
 	}

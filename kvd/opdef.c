@@ -241,7 +241,7 @@ int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 	def = &kvd_op_defs[sqe->opcode];
 	if (sqe->resv0 || sqe->resv1 || sqe->resv2)
 		return -EINVAL;
-	if (sqe->flags & ~KV_SQE_WAIT)
+	if (sqe->flags & ~(KV_SQE_WAIT | KV_SQE_LINK))
 		return -EINVAL;
 	if (sqe->flags & KV_SQE_WAIT) {
 		if (!def->waits || !sqe->args[3] ||

@@ -26,12 +26,19 @@
  *     mb, re-reads cq_head (D7); the client stores cq_head, mb, reads it
  *     (C7) and rings the doorbell.
  *
+ * Out of order: an SQE with KV_SQE_WAIT that must wait for blocks is
+ * parked (copied to c->waits, its SQ slot given back, a CQ slot kept for
+ * it) and the SQEs behind it are served meanwhile, so a RELEASE queued
+ * after a waiting ALLOC frees its blocks at once. Only KV_SQE_LINK orders
+ * SQEs: one linked to a parked SQE is parked behind it.
+ *
  * Everything read from the ring is untrusted: indices are checked against
  * the ring size, SQEs are copied before they are looked at, and a client
  * whose indices make no sense is disconnected, never trusted.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -45,6 +52,14 @@
 #include "ring.h"
 
 #define KVD_RING_HDR_BYTES	512	/* six indices, one cache line each */
+
+/* What the next SQE taken is linked to (c->link). */
+enum {
+	KVD_LINK_NONE,		/* nothing: the one before had no KV_SQE_LINK
+				 * or completed with res >= 0 */
+	KVD_LINK_PARKED,	/* the last of c->waits */
+	KVD_LINK_FAILED,	/* one that failed: -ECANCELED */
+};
 
 int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
 		   uint32_t data_bytes)
@@ -71,9 +86,15 @@ int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
 	bytes = (size_t)o->data + data_bytes;
 	o->ring_bytes = (uint32_t)bytes;
 
+	/* Every SQE may wait: one entry per SQ slot bounds them. */
+	c->waits = calloc(sq_entries, sizeof(*c->waits));
+	if (!c->waits)
+		return -ENOMEM;
 	c->ring_fd = memfd_create("kvd-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (c->ring_fd < 0)
-		return -errno;
+	if (c->ring_fd < 0) {
+		ret = -errno;
+		goto err_free;
+	}
 	if (ftruncate(c->ring_fd, (off_t)bytes))
 		goto err_close;
 	/* A client must not shrink the ring under kvd (SIGBUS). */
@@ -103,7 +124,8 @@ int kvd_ring_setup(struct kvd_client *c, uint32_t sq_entries,
 	c->cq_tail = 0;
 	c->cq_head_seen = 0;
 	c->cq_stalled = false;
-	c->waiting = false;
+	c->nr_waits = 0;
+	c->link = KVD_LINK_NONE;
 	c->cqe_deferred = false;
 	c->ext_behind = false;
 	c->ext_epoch = 0;
@@ -113,6 +135,9 @@ err_close:
 	ret = -errno;
 	close(c->ring_fd);
 	c->ring_fd = -1;
+err_free:
+	free(c->waits);
+	c->waits = NULL;
 	return ret;
 }
 
@@ -124,6 +149,16 @@ void kvd_ring_teardown(struct kvd_client *c)
 	if (c->ring_fd >= 0)
 		close(c->ring_fd);
 	c->ring_fd = -1;
+	/* Parked SQEs hold nothing: a request that waits got no blocks. */
+	free(c->waits);
+	c->waits = NULL;
+	c->nr_waits = 0;
+}
+
+/* CQ slots kept for SQEs taken but not yet completed. */
+static uint32_t cq_kept(const struct kvd_client *c)
+{
+	return c->nr_waits + c->cqe_deferred;
 }
 
 /*
@@ -133,15 +168,28 @@ void kvd_ring_teardown(struct kvd_client *c)
 bool kvd_ring_cq_reaped(struct kvd_client *c)
 {
 	c->cq_head_seen = kv_smp_load_acquire(c->cq_khead);
-	return c->cq_tail - c->cq_head_seen < c->cq_entries;
+	return c->cq_tail + cq_kept(c) - c->cq_head_seen < c->cq_entries;
 }
 
-/* Room for one more CQE? Sets KV_SQ_CQ_FULL when there is none. */
+bool kvd_ring_parked(const struct kvd_client *c)
+{
+	return c->nr_waits || c->cqe_deferred;
+}
+
+bool kvd_ring_blocked(const struct kvd_client *c)
+{
+	return c->cqe_deferred || c->nr_waits >= c->sq_entries;
+}
+
+/*
+ * Room for one more CQE, besides those kept for parked SQEs? Sets
+ * KV_SQ_CQ_FULL when there is none.
+ */
 static bool cq_has_room(struct kvd_client *c)
 {
 	/* A stale head only undercounts the room: the client's line is
 	 * read when the CQ looks full, not on every completion. */
-	if (c->cq_tail - c->cq_head_seen < c->cq_entries ||
+	if (c->cq_tail + cq_kept(c) - c->cq_head_seen < c->cq_entries ||
 	    kvd_ring_cq_reaped(c))
 		return true;
 	kv_atomic_or(c->sq_kflags, KV_SQ_CQ_FULL);
@@ -178,13 +226,20 @@ static bool must_wait(const struct kvd_client *c, const struct kv_sqe *sqe,
 	return res == -ENOSPC || res == -EDQUOT;
 }
 
+/* Park @sqe at the end of c->waits (room checked by the caller). */
 static void park(struct kvd *d, struct kvd_client *c,
-		 const struct kv_sqe *sqe)
+		 const struct kv_sqe *sqe, int state)
 {
-	c->waiting = true;
-	c->wait_sqe = *sqe;
-	c->wait_deadline_ns = kvd_now_ns() + sqe->args[3] * 1000000ULL;
-	c->wait_frees = d->pool.frees;
+	struct kvd_wait *w = &c->waits[c->nr_waits];
+
+	if (!c->nr_waits)
+		c->wait_frees = d->pool.frees;
+	w->sqe = *sqe;
+	w->state = state;
+	w->deadline_ns = kvd_now_ns() + sqe->args[3] * 1000000ULL;
+	c->nr_waits++;
+	/* only its successor in the SQ can be linked to it */
+	c->link = (sqe->flags & KV_SQE_LINK) ? KVD_LINK_PARKED : KVD_LINK_NONE;
 }
 
 /*
@@ -205,25 +260,114 @@ static bool complete(struct kvd *d, struct kvd_client *c,
 }
 
 /*
- * A waiting request: tried again once blocks were freed or cached since
- * the last try (a try that fails may evict), answered -ETIMEDOUT at its
- * deadline (seen by the 250 ms tick at the latest). Returns 1 when it
- * completed (CQE posted), 0 still waiting, -1 completion held back.
+ * Parked entry @i completed with @res: drop it, and tell the SQE linked
+ * to it (the next entry, or the next SQE taken) how it went.
  */
-static int retry_waiting(struct kvd *d, struct kvd_client *c)
+static void unpark(struct kvd_client *c, uint32_t i, int res)
 {
-	int res = -ETIMEDOUT;
+	bool linked = c->waits[i].sqe.flags & KV_SQE_LINK;
 
-	if (kvd_now_ns() < c->wait_deadline_ns) {
-		if (d->pool.frees == c->wait_frees)
-			return 0;
-		c->wait_frees = d->pool.frees;
-		res = kvd_op_issue(d, c, &c->wait_sqe);
-		if (must_wait(c, &c->wait_sqe, res))
-			return 0;
+	c->nr_waits--;
+	memmove(&c->waits[i], &c->waits[i + 1],
+		(c->nr_waits - i) * sizeof(*c->waits));
+	if (!linked)
+		return;
+	if (i < c->nr_waits)
+		c->waits[i].state = res >= 0 ? KVD_WAIT_READY : KVD_WAIT_CANCEL;
+	else
+		c->link = res >= 0 ? KVD_LINK_NONE : KVD_LINK_FAILED;
+}
+
+/*
+ * One parked entry's turn: false while it still waits, else true with
+ * its result in *res. A waiting request is tried again once blocks were
+ * freed or cached since the last try (@freed; a try that fails may
+ * evict), and answered -ETIMEDOUT at its deadline (seen by the 250 ms
+ * tick at the latest; @now is the clock read once per pass).
+ */
+static bool wait_turn(struct kvd *d, struct kvd_client *c,
+		      struct kvd_wait *w, bool freed, uint64_t now, int *res)
+{
+	switch (w->state) {
+	case KVD_WAIT_LINKED:
+		return false;
+	case KVD_WAIT_CANCEL:
+		*res = -ECANCELED;
+		return true;
+	case KVD_WAIT_READY:
+		/* its first try: its wait starts now */
+		*res = kvd_op_issue(d, c, &w->sqe);
+		if (!must_wait(c, &w->sqe, *res))
+			return true;
+		w->state = KVD_WAIT_PARKED;
+		w->deadline_ns = now + w->sqe.args[3] * 1000000ULL;
+		return false;
 	}
-	c->waiting = false;
-	return complete(d, c, &c->wait_sqe, res) ? 1 : -1;
+	if (now >= w->deadline_ns) {
+		*res = -ETIMEDOUT;
+		return true;
+	}
+	if (!freed)
+		return false;
+	*res = kvd_op_issue(d, c, &w->sqe);
+	return !must_wait(c, &w->sqe, *res);
+}
+
+/*
+ * Give every parked entry its turn, oldest first, counting the CQEs
+ * posted in *posted. False when a completion was held back (serving
+ * stops).
+ */
+static bool retry_waiting(struct kvd *d, struct kvd_client *c,
+			  uint32_t *posted)
+{
+	bool freed = d->pool.frees != c->wait_frees;
+	uint64_t now = kvd_now_ns();
+	int res;
+
+	c->wait_frees = d->pool.frees;
+	for (uint32_t i = 0; i < c->nr_waits;) {
+		struct kvd_wait *w = &c->waits[i];
+		struct kv_sqe sqe = w->sqe;
+
+		if (!wait_turn(d, c, w, freed, now, &res)) {
+			i++;
+			continue;
+		}
+		/* entry i is now the next one: its turn comes in this pass */
+		unpark(c, i, res);
+		if (!complete(d, c, &sqe, res))
+			return false;
+		(*posted)++;
+	}
+	return true;
+}
+
+/*
+ * A new SQE taken off the SQ. Returns true when it completed now with
+ * *res, false when it was parked (waiting, or linked to a parked one).
+ */
+static bool take(struct kvd *d, struct kvd_client *c,
+		 const struct kv_sqe *sqe, int *res)
+{
+	bool linked = sqe->flags & KV_SQE_LINK;
+
+	switch (c->link) {
+	case KVD_LINK_PARKED:
+		park(d, c, sqe, KVD_WAIT_LINKED);
+		return false;
+	case KVD_LINK_FAILED:
+		*res = -ECANCELED;
+		c->link = linked ? KVD_LINK_FAILED : KVD_LINK_NONE;
+		return true;
+	}
+	*res = kvd_op_issue(d, c, sqe);
+	if (must_wait(c, sqe, *res)) {
+		park(d, c, sqe, KVD_WAIT_PARKED);
+		return false;
+	}
+	c->link = linked && *res < 0 ? KVD_LINK_FAILED : KVD_LINK_NONE;
+	return true;
 }
 
 /*
@@ -234,12 +378,13 @@ static int retry_waiting(struct kvd *d, struct kvd_client *c)
  * no completion is ever dropped. A completion is posted only once the
  * client has been sent every extent it may name (extent.c); until then
  * it is held back (one at most: serving stops there). A KV_SQE_WAIT
- * request short of blocks parks the ring until it can be served.
+ * request short of blocks is parked, and the SQEs behind it served; its
+ * CQE comes when blocks come or its deadline passes, out of SQE order.
+ * SQEs stay queued while sq_entries are parked.
  */
 int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 {
 	uint32_t head = c->sq_head, tail, done = 0, posted = 0, work = 0;
-	int r;
 
 	/* D1: pairs with the client's release of sq_tail (C1). */
 	tail = kv_smp_load_acquire(c->sq_ktail);
@@ -258,14 +403,11 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		c->cqe_deferred = false;
 		posted++;
 	}
-	if (c->waiting) {
-		r = retry_waiting(d, c);
-		if (r <= 0)
-			goto out;
-		posted++;
-	}
+	if (c->nr_waits && !retry_waiting(d, c, &posted))
+		goto out;
 	/* Budget in work, not SQEs: an SQE of n ids costs 1 + n / 1024. */
-	while (head != tail && work < budget) {
+	while (head != tail && work < budget &&
+	       c->nr_waits < c->sq_entries) {
 		struct kv_sqe sqe;
 		int res;
 
@@ -277,11 +419,8 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		head++;
 		done++;
 		work += 1 + sqe.nr / 1024;
-		res = kvd_op_issue(d, c, &sqe);
-		if (must_wait(c, &sqe, res)) {
-			park(d, c, &sqe);
-			break;
-		}
+		if (!take(d, c, &sqe, &res))
+			continue;	/* parked: its CQ slot is kept */
 		if (!complete(d, c, &sqe, res))
 			break;
 		posted++;
@@ -337,9 +476,9 @@ bool kvd_ring_prepare_sleep(struct kvd_client *c)
 	tail = kv_smp_load_acquire(c->sq_ktail);
 	if (tail == c->sq_head)
 		return false;
-	/* Parked (waiting for blocks or extents): frees, the client and
-	 * the tick wake kvd, not SQEs queued behind. */
-	if (c->waiting || c->cqe_deferred)
+	/* Held back for extents, or sq_entries SQEs parked: frees, the
+	 * client and the tick wake kvd, not SQEs queued behind. */
+	if (kvd_ring_blocked(c))
 		return false;
 	if (c->cq_stalled && !cq_has_room(c))
 		return false;

@@ -18,6 +18,10 @@ void kvd_ring_teardown(struct kvd_client *c);
 int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget);
 bool kvd_ring_prepare_sleep(struct kvd_client *c);
 bool kvd_ring_cq_reaped(struct kvd_client *c);
+/* Has SQEs parked or a CQE held back: kvd retries it itself. */
+bool kvd_ring_parked(const struct kvd_client *c);
+/* Takes no SQE now (a CQE held back, or sq_entries SQEs parked). */
+bool kvd_ring_blocked(const struct kvd_client *c);
 void kvd_ring_wake(struct kvd_client *c);
 
 #endif /* KVD_RING_H */

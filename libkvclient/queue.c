@@ -394,6 +394,11 @@ int kv_sqe_set_wait(struct kv_sqe *sqe, uint32_t timeout_ms)
 	return 0;
 }
 
+void kv_sqe_set_link(struct kv_sqe *sqe)
+{
+	sqe->flags |= KV_SQE_LINK;
+}
+
 void kv_prep_cow(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr)
 {
 	sqe->opcode = KV_OP_COW;

@@ -271,10 +271,18 @@ struct kv_sqe {
 /*
  * KV_SQE_WAIT: ALLOC, ALLOC_PREFIX and COW wait, when the pool is short,
  * up to args[3] milliseconds (1..3600000) for blocks to be freed instead
- * of failing at once; then -ETIMEDOUT. Later SQEs of the ring wait
- * behind it (the ring is ordered); other clients are served meanwhile.
+ * of failing at once; then -ETIMEDOUT. Later SQEs of the ring do not
+ * wait behind it: they are served meanwhile, so CQEs may come out of SQE
+ * order (match them by user_data). At most sq_entries SQEs wait at once;
+ * past that the ring is served again when one completes.
+ *
+ * KV_SQE_LINK: the next SQE of the ring starts only once this one has
+ * completed with res >= 0; if it fails, the rest of the chain (up to and
+ * including the first SQE without KV_SQE_LINK) completes -ECANCELED
+ * without being run. SQEs after the chain are not held up by it.
  */
 #define KV_SQE_WAIT		(1U << 0)
+#define KV_SQE_LINK		(1U << 1)
 #define KV_WAIT_MAX_MS		3600000
 
 /* Completion entry, 16 bytes. res: count (ids, bytes) or -errno. */

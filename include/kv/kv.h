@@ -183,10 +183,19 @@ void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data);
  * kv_sqe_set_wait - let a prepared ALLOC, ALLOC_PREFIX or COW wait up to
  * @timeout_ms (1..3600000) for blocks when the pool (or the quota) is
  * short, instead of failing with -ENOSPC (-EDQUOT) at once; it then
- * completes with -ETIMEDOUT. Later SQEs of this ring wait behind it.
- * Returns 0, or -EINVAL for another opcode or a timeout out of range.
+ * completes with -ETIMEDOUT. Later SQEs of this ring do not wait behind
+ * it: they are served meanwhile, so CQEs may come out of SQE order (match
+ * them by user_data). Returns 0, or -EINVAL for another opcode or a
+ * timeout out of range.
  */
 int kv_sqe_set_wait(struct kv_sqe *sqe, uint32_t timeout_ms);
+/*
+ * kv_sqe_set_link - the next SQE of this ring starts only once @sqe has
+ * completed with res >= 0 (KV_SQE_LINK); if it fails, the rest of the
+ * chain completes -ECANCELED without being run. The order, where needed,
+ * for SQEs behind a waiting one.
+ */
+void kv_sqe_set_link(struct kv_sqe *sqe);
 
 /*
  * Synchronous wrappers: one round trip each, using the start of the data

@@ -12,8 +12,9 @@
  * area so that LOOKUP and COMMIT see hits and chains, not only noise.
  *
  * After every command: kvd_ns_check() on both namespaces, every holder's
- * counts against the hold table, quotas and page counts; CQEs must come
- * back in SQE order with results their opcode allows, ids written back
+ * counts against the hold table, quotas and page counts; each SQE's CQE
+ * must come back once (out of order behind a parked KV_SQE_WAIT one),
+ * with a result its opcode allows (-ECANCELED in a chain), ids written back
  * must be held by the client, and a COW must leave every id private.
  * At the end all clients leave and no block or page may stay used. Every
  * input starts from fresh books; kvd's clock is the input's.
@@ -41,7 +42,7 @@
 #define CQ_ENTRIES	(2 * SQ_ENTRIES)
 #define DATA_BYTES	8192
 #define MAX_CMDS	128
-#define PEND		32	/* > SQ + CQ entries + one parked SQE */
+#define PEND		32	/* > SQ + CQ entries (parked SQEs keep CQ slots) */
 #define ORACLE_IDS	256	/* longest id array checked element-wise */
 
 enum {
@@ -75,9 +76,10 @@ static const unsigned client_ns[NR_CLIENTS] = { 0, 0, 1 };
 struct fclient {
 	uint32_t	sq_tail;
 	uint32_t	cq_head;
-	uint32_t	seq_posted;	/* CQEs reaped so far */
+	uint32_t	seq_posted;	/* every SQE before it has its CQE */
 	bool		lied;		/* wrote a bogus cq_head: no checks */
 	struct kv_sqe	pend[PEND];	/* by sequence number */
+	bool		reaped[PEND];	/* its CQE came (out of order) */
 };
 
 static struct kvd d;
@@ -432,7 +434,17 @@ static void check_res(const struct kv_sqe *sqe, int res)
 		FUZZ_BUG("opcode %u: res %d above %d", sqe->opcode, res, max);
 }
 
-/* Take the CQEs kvd posted: in SQE order, each with a result it may have. */
+/* -ECANCELED, and the SQE before @seq was linked to it: a chain failed. */
+static bool cancelled(const struct fclient *f, uint32_t seq, int res)
+{
+	return res == -ECANCELED && seq &&
+	       (f->pend[(seq - 1) % PEND].flags & KV_SQE_LINK);
+}
+
+/*
+ * Take the CQEs kvd posted: one for each SQE submitted, none twice, each
+ * with a result it may have; out of SQE order only behind a parked one.
+ */
 __attribute__((no_sanitize("coverage")))
 static void reap(unsigned i)
 {
@@ -446,22 +458,29 @@ static void reap(unsigned i)
 	for (; f->cq_head != tail; f->cq_head++) {
 		const struct kv_cqe *cqe =
 			&c->cqes[f->cq_head & (CQ_ENTRIES - 1)];
-		const struct kv_sqe *sqe = &f->pend[f->seq_posted % PEND];
+		uint32_t seq = (uint32_t)cqe->user_data;
+		const struct kv_sqe *sqe = &f->pend[seq % PEND];
 
 		if (f->lied)
 			continue;
-		if (cqe->user_data != tag(i, f->seq_posted))
-			FUZZ_BUG("client %u: CQE %llx, expected SQE %u's",
+		if (cqe->user_data != tag(i, seq) ||
+		    seq - f->seq_posted >= f->sq_tail - f->seq_posted ||
+		    f->reaped[seq % PEND])
+			FUZZ_BUG("client %u: CQE %llx, not of an SQE in flight (%u..%u)",
 				 i, (unsigned long long)cqe->user_data,
-				 f->seq_posted);
+				 f->seq_posted, f->sq_tail);
 		if (cqe->flags)
 			FUZZ_BUG("CQE flags %x", cqe->flags);
 		if (trace)
 			fprintf(stderr, "client %u: SQE %u opcode %u nr %u off %u: %d\n",
-				i, f->seq_posted, sqe->opcode, sqe->nr,
-				sqe->off, cqe->res);
-		check_res(sqe, cqe->res);
-		f->seq_posted++;
+				i, seq, sqe->opcode, sqe->nr, sqe->off,
+				cqe->res);
+		if (!cancelled(f, seq, cqe->res))
+			check_res(sqe, cqe->res);
+		f->reaped[seq % PEND] = true;
+		while (f->seq_posted != f->sq_tail &&
+		       f->reaped[f->seq_posted % PEND])
+			f->reaped[f->seq_posted++ % PEND] = false;
 	}
 	kv_smp_store_release(c->cq_khead, f->cq_head);
 }
@@ -498,13 +517,13 @@ static void submit(unsigned i, struct kv_sqe *sqe, uint8_t cmd)
 		reap(i);
 		serve(i, 64, true);
 		if (f->sq_tail - kv_smp_load_acquire(c->sq_khead) >= SQ_ENTRIES)
-			return;		/* parked behind a waiting SQE */
+			return;		/* sq_entries parked, or the CQ full */
 	}
 	sqe->user_data = tag(i, seq);
 	f->pend[seq % PEND] = *sqe;
 	c->sqes[seq & (SQ_ENTRIES - 1)] = *sqe;
 	/* Alone in the ring: its CQE, if it comes now, is the next one. */
-	alone = !c->waiting && !c->cqe_deferred && !f->lied &&
+	alone = !kvd_ring_parked(c) && !f->lied &&
 		kv_smp_load_acquire(c->sq_khead) == seq &&
 		kv_smp_load_acquire(c->cq_ktail) == f->cq_head;
 	kv_smp_store_release(c->sq_ktail, ++f->sq_tail);
@@ -516,8 +535,10 @@ static void submit(unsigned i, struct kv_sqe *sqe, uint8_t cmd)
 		const struct kv_cqe *cqe =
 			&c->cqes[cq_before & (CQ_ENTRIES - 1)];
 
-		check_res(sqe, cqe->res);
-		check_output(i, sqe, cqe->res);
+		if (!cancelled(f, seq, cqe->res)) {
+			check_res(sqe, cqe->res);
+			check_output(i, sqe, cqe->res);
+		}
 	}
 	if (!(cmd & CMD_NOREAP))
 		reap(i);

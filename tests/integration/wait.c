@@ -3,7 +3,10 @@
  * KV_SQE_WAIT: an ALLOC on an exhausted pool waits for a block to be
  * freed instead of failing, times out with -ETIMEDOUT, does not hold up
  * other clients, and a client killed while waiting loses nothing. One
- * held back by a quota is served when a reload raises the quota.
+ * held back by a quota is served when a reload raises the quota. Nor
+ * does it hold up its own ring: a RELEASE queued behind it completes at
+ * once (its CQE first), also with two clients each waiting on the
+ * other's RELEASE; KV_SQE_LINK keeps the order where asked.
  */
 #include <signal.h>
 #include <string.h>
@@ -63,6 +66,149 @@ static void reap_ok(pid_t pid)
 
 	T_EQ(waitpid(pid, &st, 0), pid);
 	T_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* The next CQE within 3 s (a wait parked in vain lasts 10 s): its res. */
+static int next_cqe(struct kv_client *c, uint64_t *user_data)
+{
+	struct kv_cqe *cqe;
+	int res;
+
+	T_EQ(kv_wait_cqe_timeout(c, &cqe, 3000000000LL), 0);
+	*user_data = cqe->user_data;
+	res = cqe->res;
+	kv_cqe_seen(c, cqe);
+	return res;
+}
+
+/* Queue [ALLOC of @need waiting 10 s, RELEASE of @ids[0..rel)] on @c. */
+static void alloc_then_release(struct kv_client *c, unsigned need,
+			       const kv_block_t *ids, unsigned rel,
+			       uint64_t ud)
+{
+	struct kv_sqe *sqe = kv_get_sqe(c);
+
+	kv_prep_alloc(sqe, 0, need);
+	T_EQ(kv_sqe_set_wait(sqe, 10000), 0);
+	kv_sqe_set_data64(sqe, ud);
+	memcpy(kv_data_ptr(c, 1024, rel * 4), ids, rel * 4);
+	sqe = kv_get_sqe(c);
+	kv_prep_release(sqe, 1024, rel);
+	kv_sqe_set_data64(sqe, ud + 1);
+	T_EQ(kv_submit(c), 2);
+}
+
+/*
+ * One client, one submit: [ALLOC waiting for more blocks than are free,
+ * RELEASE of blocks it holds that make the ALLOC satisfiable]. The
+ * RELEASE completes at once, then the ALLOC; nothing waits 10 s.
+ */
+static void own_release(void)
+{
+	static kv_block_t ids[4096];
+	struct kv_client *a;
+	struct t_kvd k;
+	long long t0;
+	uint64_t ud;
+
+	t_kvd_start(&k, "16M", NULL);
+	T_EQ(t_connect(&k, "m", NULL, &a), 0);
+	T_ASSERT(fill(a, ids, 4096) >= 4);
+	t0 = ms_now();
+	alloc_then_release(a, 4, ids, 4, 1);
+	T_EQ(next_cqe(a, &ud), 4);
+	T_EQ(ud, 2);				/* the RELEASE first */
+	T_EQ(next_cqe(a, &ud), 4);
+	T_EQ(ud, 1);
+	T_ASSERT(ms_now() - t0 < 2000);
+	T_EQ(kv_disconnect(a), 0);
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
+}
+
+/*
+ * Two engines, each [ALLOC waiting, RELEASE of its own]: only both
+ * RELEASEs together make both ALLOCs satisfiable (6 + 2 of 4 + 4). When
+ * a waiting ALLOC held its ring, this wedged the pool for the timeout.
+ */
+static void two_engines(void)
+{
+	static kv_block_t ids[4096];
+	struct kv_client *a, *b;
+	int n, m = 0, got = 0;
+	struct t_kvd k;
+	long long t0;
+	uint64_t ud;
+
+	t_kvd_start(&k, "16M", NULL);
+	T_EQ(t_connect(&k, "m", NULL, &a), 0);
+	T_EQ(t_connect(&k, "m", NULL, &b), 0);
+	n = fill(a, ids, 4096);
+	T_ASSERT(n >= 16);
+	T_EQ(kv_release(a, ids + n - 8, 8), 8);	/* b holds 8 of them */
+	while (m < 8 && kv_alloc(b, 1, ids + 2048 + m) == 1)
+		m++;
+	T_EQ(m, 8);
+	T_EQ(kv_alloc(b, 1, ids + 2048 + m), -ENOSPC);
+	t0 = ms_now();
+	alloc_then_release(a, 6, ids, 4, 10);
+	alloc_then_release(b, 2, ids + 2048, 4, 20);
+	for (int i = 0; i < 4; i++) {
+		struct kv_client *c = i % 2 ? b : a;
+		int res = next_cqe(c, &ud);
+
+		T_EQ(res, ud == 10 ? 6 : ud == 20 ? 2 : 4);
+		got |= 1 << (ud % 10 + 2 * (ud / 20));
+	}
+	T_EQ(got, 15);
+	T_ASSERT(ms_now() - t0 < 2000);
+	T_EQ(kv_disconnect(a), 0);
+	T_EQ(kv_disconnect(b), 0);
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
+}
+
+/*
+ * KV_SQE_LINK: the NOP linked to a waiting ALLOC comes after it, and is
+ * cancelled when the wait times out; the one after the chain does not
+ * wait.
+ */
+static void linked(void)
+{
+	static kv_block_t ids[4096];
+	struct kv_client *a, *b;
+	struct kv_sqe *sqe;
+	struct t_kvd k;
+	uint64_t ud;
+
+	t_kvd_start(&k, "16M", NULL);
+	T_EQ(t_connect(&k, "m", NULL, &a), 0);
+	T_EQ(t_connect(&k, "m", NULL, &b), 0);
+	fill(a, ids, 4096);
+	for (int round = 0; round < 2; round++) {
+		sqe = kv_get_sqe(b);
+		kv_prep_alloc(sqe, 0, 1);
+		T_EQ(kv_sqe_set_wait(sqe, round ? 5000 : 300), 0);
+		kv_sqe_set_link(sqe);
+		kv_sqe_set_data64(sqe, 1);
+		kv_sqe_set_data64(sqe = kv_get_sqe(b), 2);
+		kv_prep_nop(sqe);
+		kv_sqe_set_data64(sqe = kv_get_sqe(b), 3);
+		kv_prep_nop(sqe);
+		T_EQ(kv_submit(b), 3);
+		T_EQ(next_cqe(b, &ud), 0);
+		T_EQ(ud, 3);
+		if (round)
+			T_EQ(kv_release(a, ids, 1), 1);
+		T_EQ(next_cqe(b, &ud), round ? 1 : -ETIMEDOUT);
+		T_EQ(ud, 1);
+		T_EQ(next_cqe(b, &ud), round ? 0 : -ECANCELED);
+		T_EQ(ud, 2);
+	}
+	T_EQ(kv_disconnect(a), 0);
+	T_EQ(kv_disconnect(b), 0);
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
 }
 
 /*
@@ -180,5 +326,8 @@ int main(void)
 	t_kvd_stop(&k);
 	t_cleanup_dir(&k);
 	quota_reload();
+	own_release();
+	two_engines();
+	linked();
 	return 0;
 }

@@ -39,6 +39,7 @@ struct ctx {
 	struct kvd_client c;
 	uint32_t	sq_tail;	/* the client's own copies */
 	uint32_t	cq_head;
+	uint32_t	freed;		/* of fill_ns's blocks, from the end */
 };
 
 static int ctx_setup(void **state)
@@ -601,6 +602,216 @@ static void test_ring_cq_wakeup(void **state)
 	assert_true(evfd_read(t) == 0);
 }
 
+/* ---- KV_SQE_WAIT: parked out of the way; KV_SQE_LINK ---- */
+
+/* Take every block of the namespace (ids at data offset 0). */
+static void fill_ns(struct ctx *t)
+{
+	assert_int_equal(run_op(t, KV_OP_ALLOC, t->ns.max_blocks, 0),
+			 (int)t->ns.max_blocks);
+}
+
+static struct kv_sqe *prep_wait(struct ctx *t, uint32_t nr, uint32_t off,
+				uint64_t user_data, uint32_t ms)
+{
+	struct kv_sqe *sqe = prep(t, KV_OP_ALLOC, nr, off, user_data);
+
+	sqe->flags = KV_SQE_WAIT;
+	sqe->args[3] = ms;
+	return sqe;
+}
+
+/* Free @nr more of the blocks fill_ns took, as another client would. */
+static void free_behind(struct ctx *t, uint32_t nr)
+{
+	uint64_t frees = t->d.pool.frees;
+
+	t->freed += nr;
+	assert_int_equal(kvd_ns_release(&t->ns, &t->c.holder,
+					ids_at(t, 4 * (t->ns.max_blocks -
+						       t->freed)),
+					nr), (int)nr);
+	assert_true(t->d.pool.frees != frees);
+}
+
+static void reap_one(struct ctx *t, uint64_t user_data, int res)
+{
+	struct kv_cqe cqe;
+
+	assert_true(reap(t, &cqe));
+	assert_true(cqe.user_data == user_data);
+	assert_int_equal(cqe.res, res);
+}
+
+/*
+ * A waiting ALLOC does not hold up the ring: the RELEASE queued behind
+ * it, which makes it satisfiable, completes at once, then the ALLOC.
+ */
+static void test_ring_wait_out_of_order(void **state)
+{
+	struct ctx *t = *state;
+	struct kv_cqe cqe;
+
+	fill_ns(t);
+	prep_wait(t, 2, 1024, 100, 10000);
+	prep(t, KV_OP_RELEASE, 2, 0, 101);
+	submit(t);
+	assert_int_equal(process(t, BUDGET), 2);
+	assert_int_equal(sq_head(t), t->sq_tail);
+	reap_one(t, 101, 2);
+	assert_false(reap(t, &cqe));
+	assert_true(kvd_ring_parked(&t->c) && !kvd_ring_blocked(&t->c));
+	/* the RELEASE freed blocks: the next turn serves the ALLOC */
+	assert_int_equal(process(t, BUDGET), 1);
+	reap_one(t, 100, 2);
+	assert_false(kvd_ring_parked(&t->c));
+	assert_int_equal(t->c.holder.nr_blocks, t->ns.max_blocks);
+	/* nothing freed since: a parked one is not tried again */
+	prep_wait(t, 1, 1024, 102, 10000);
+	submit(t);
+	assert_int_equal(process(t, BUDGET), 1);
+	assert_int_equal(process(t, BUDGET), 0);
+	assert_false(reap(t, &cqe));
+	free_behind(t, 1);
+	assert_int_equal(process(t, BUDGET), 1);
+	reap_one(t, 102, 1);
+}
+
+/* A parked SQE keeps its CQ slot: SQEs behind it cannot take it. */
+static void test_ring_wait_keeps_cq_slot(void **state)
+{
+	struct ctx *t = *state;
+	uint64_t sub = 0, got = 0;
+	struct kv_cqe cqe;
+
+	fill_ns(t);
+	prep_wait(t, 1, 1024, 200, 10000);
+	submit(t);
+	assert_int_equal(process(t, BUDGET), 1);
+	submit_nops(t, SQ_ENTRIES, &sub);
+	assert_int_equal(process(t, BUDGET), SQ_ENTRIES);
+	submit_nops(t, SQ_ENTRIES, &sub);
+	/* 16 slots, one kept: 7 of these 8 fit */
+	assert_int_equal(process(t, BUDGET), SQ_ENTRIES - 1);
+	assert_true(t->c.cq_stalled && (sq_flags(t) & KV_SQ_CQ_FULL));
+	assert_int_equal(kv_smp_load_acquire(t->c.cq_ktail) - t->cq_head,
+			 CQ_ENTRIES - 1);
+	/* blocks come: the waiting ALLOC completes into its slot */
+	free_behind(t, 1);
+	assert_int_equal(process(t, BUDGET), 1);
+	assert_int_equal(kv_smp_load_acquire(t->c.cq_ktail) - t->cq_head,
+			 CQ_ENTRIES);
+	reap_expect(t, CQ_ENTRIES - 1, &got);
+	reap_one(t, 200, 1);
+	assert_int_equal(process(t, BUDGET), 1);
+	reap_expect(t, 1, &got);
+	assert_false(reap(t, &cqe));
+	assert_true(got == sub);
+}
+
+/*
+ * At most sq_entries SQEs park; then the ring takes nothing more (and is
+ * not work to poll) until one completes. Deadlines end them.
+ */
+static void test_ring_wait_bound(void **state)
+{
+	struct ctx *t = *state;
+	uint64_t sub = 0, got = 0;
+
+	fill_ns(t);
+	for (uint32_t i = 0; i < SQ_ENTRIES; i++)
+		prep_wait(t, 1, 1024, 300 + i, 1 + i % 2 * 10000);
+	submit(t);
+	assert_int_equal(process(t, BUDGET), SQ_ENTRIES);
+	assert_true(kvd_ring_blocked(&t->c));
+	submit_nops(t, 1, &sub);
+	assert_int_equal(process(t, BUDGET), 0);
+	assert_int_equal(sq_head(t), t->sq_tail - 1);
+	assert_false(kvd_ring_prepare_sleep(&t->c));
+	/* the 1 ms ones time out, oldest first; the NOP is served */
+	usleep(5000);
+	assert_int_equal(process(t, BUDGET), 1);
+	for (uint32_t i = 0; i < SQ_ENTRIES; i += 2)
+		reap_one(t, 300 + i, -ETIMEDOUT);
+	reap_expect(t, 1, &got);
+	assert_false(kvd_ring_blocked(&t->c));
+	assert_int_equal(t->c.nr_waits, SQ_ENTRIES / 2);
+	free_behind(t, SQ_ENTRIES / 2);
+	assert_int_equal(process(t, BUDGET), SQ_ENTRIES / 2);
+	for (uint32_t i = 1; i < SQ_ENTRIES; i += 2)
+		reap_one(t, 300 + i, 1);
+	assert_false(kvd_ring_parked(&t->c));
+}
+
+/*
+ * KV_SQE_LINK: the next SQE waits for a parked one and runs once it
+ * succeeded; a failed link cancels the rest of its chain, and nothing
+ * after the chain.
+ */
+static void test_ring_link(void **state)
+{
+	struct ctx *t = *state;
+	struct kv_cqe cqe;
+
+	/* a failure cancels the chain, not what follows it */
+	prep(t, KV_OP_RELEASE, 1, 2048, 400)->flags = KV_SQE_LINK;
+	ids_at(t, 2048)[0] = 0;		/* not held */
+	prep(t, KV_OP_NOP, 0, 0, 401)->flags = KV_SQE_LINK;
+	prep(t, KV_OP_NOP, 0, 0, 402);
+	prep(t, KV_OP_NOP, 0, 0, 403);
+	submit(t);
+	assert_int_equal(process(t, BUDGET), 4);
+	reap_one(t, 400, -EPERM);
+	reap_one(t, 401, -ECANCELED);
+	reap_one(t, 402, -ECANCELED);
+	reap_one(t, 403, 0);
+
+	/* linked to a waiting ALLOC: runs after it, in order */
+	fill_ns(t);
+	prep_wait(t, 1, 1024, 410, 10000)->flags |= KV_SQE_LINK;
+	prep(t, KV_OP_NOP, 0, 0, 411)->flags = KV_SQE_LINK;
+	submit(t);
+	assert_int_equal(process(t, BUDGET), 2);
+	assert_false(reap(t, &cqe));
+	/* the chain goes on in a later submit; an SQE after it does not wait */
+	prep(t, KV_OP_NOP, 0, 0, 412);
+	prep(t, KV_OP_NOP, 0, 0, 413);
+	submit(t);
+	assert_int_equal(process(t, BUDGET), 2);
+	reap_one(t, 413, 0);
+	assert_false(reap(t, &cqe));
+	free_behind(t, 1);
+	assert_int_equal(process(t, BUDGET), 3);
+	reap_one(t, 410, 1);
+	reap_one(t, 411, 0);
+	reap_one(t, 412, 0);
+	assert_false(kvd_ring_parked(&t->c));
+
+	/* a wait that times out cancels what is linked to it */
+	prep_wait(t, 1, 1024, 420, 1)->flags |= KV_SQE_LINK;
+	prep_wait(t, 1, 1028, 421, 10000);
+	submit(t);
+	assert_int_equal(process(t, BUDGET), 2);
+	usleep(5000);
+	assert_int_equal(process(t, BUDGET), 2);
+	reap_one(t, 420, -ETIMEDOUT);
+	reap_one(t, 421, -ECANCELED);
+	/* linked behind a parked one that then parks itself: it waits on */
+	prep_wait(t, 1, 1024, 430, 10000)->flags |= KV_SQE_LINK;
+	prep_wait(t, 1, 1028, 431, 10000);
+	submit(t);
+	assert_int_equal(process(t, BUDGET), 2);
+	free_behind(t, 1);
+	assert_int_equal(process(t, BUDGET), 1);
+	reap_one(t, 430, 1);
+	assert_false(reap(t, &cqe));
+	assert_int_equal(t->c.nr_waits, 1);
+	free_behind(t, 1);
+	assert_int_equal(process(t, BUDGET), 1);
+	reap_one(t, 431, 1);
+	assert_false(kvd_ring_parked(&t->c));
+}
+
 #define T(f)	cmocka_unit_test_setup_teardown(f, ctx_setup, ctx_teardown)
 
 int main(void)
@@ -622,6 +833,10 @@ int main(void)
 		T(test_ring_index_wrap),
 		T(test_ring_prepare_sleep),
 		T(test_ring_cq_wakeup),
+		T(test_ring_wait_out_of_order),
+		T(test_ring_wait_keeps_cq_slot),
+		T(test_ring_wait_bound),
+		T(test_ring_link),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
