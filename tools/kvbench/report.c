@@ -14,6 +14,7 @@
 #include "../emit.h"
 #include "fleet.h"
 #include "report.h"
+#include "report_num.h"
 #include "report_replay.h"
 #include "series.h"
 
@@ -120,14 +121,15 @@ static void emit_perf(struct kv_emit *e, const struct bench_perf_counts *c,
 		"kvd_context_switches_per_op",
 	};
 	static const char *const label[BENCH_PERF_NR] = {
-		"kvd system calls per op", "kvd page faults per op",
-		"kvd context switches per op",
+		"kvd syscalls per op", "kvd page faults per op",
+		"kvd ctx switches per op",
 	};
 
 	for (int k = 0; k < BENCH_PERF_NR; k++)
 		if (c->have[k])
-			kv_emit_f64(e, key[k], label[k],
-				    ops ? (double)c->v[k] / (double)ops : 0);
+			kvb_emit_fixed(e, key[k], label[k],
+				       ops ? (double)c->v[k] / (double)ops : 0,
+				       2, NULL);
 }
 
 static void emit_results(struct kv_emit *e, const struct kvb_opts *o,
@@ -145,12 +147,13 @@ static void emit_results(struct kv_emit *e, const struct kvb_opts *o,
 	kv_emit_u64(e, "alloc_ops", "ALLOC ops", al->ops);
 	kv_emit_u64(e, "release_ops", "RELEASE ops", rel->ops);
 	kv_emit_u64(e, "blocks", "blocks allocated", s->blocks);
-	kv_emit_f64(e, "wall_s", "wall time (s)", (double)wall / 1e9);
-	kv_emit_f64(e, "ops_per_s", "ops/s", per_s(ops, wall));
+	kvb_emit_fixed(e, "wall_s", "wall time", (double)wall / 1e9, 2, "s");
+	kvb_emit_fixed(e, "ops_per_s", "ops/s", per_s(ops, wall), 0, NULL);
 	/* -ENOSPC answers are cheap ops: this one counts only done work. */
-	kv_emit_f64(e, "requests_per_s", "requests/s",
-		    per_s(s->requests, wall));
-	kv_emit_f64(e, "blocks_per_s", "blocks/s", per_s(s->blocks, wall));
+	kvb_emit_fixed(e, "requests_per_s", "requests/s",
+		       per_s(s->requests, wall), 0, NULL);
+	kvb_emit_fixed(e, "blocks_per_s", "blocks/s", per_s(s->blocks, wall),
+		       0, NULL);
 	/*
 	 * One process submitting batches: kvd serves only between a
 	 * batch's submit and its last CQE, so blocks over that time is
@@ -158,18 +161,18 @@ static void emit_results(struct kv_emit *e, const struct kvb_opts *o,
 	 * batches (pattern work, bookkeeping).
 	 */
 	if (o->procs == 1 && o->batch > 1 && s->serve_ns)
-		kv_emit_f64(e, "serve_blocks_per_s",
-			    "blocks/s while kvd serves",
-			    per_s(s->blocks, s->serve_ns));
+		kvb_emit_fixed(e, "serve_blocks_per_s", "blocks/s, kvd serving",
+			       per_s(s->blocks, s->serve_ns), 0, NULL);
 	/* the ring's promise: no system call per op while both are busy */
-	kv_emit_f64(e, "syscalls_per_op", "client system calls per op",
-		    ops ? (double)s->syscalls / (double)ops : 0);
+	kvb_emit_fixed(e, "syscalls_per_op", "client syscalls per op",
+		       ops ? (double)s->syscalls / (double)ops : 0, 2, NULL);
 	if (a->have_perf)
 		emit_perf(e, &a->perf, ops);
 	kv_emit_u64(e, "enospc", "ALLOC -ENOSPC", s->enospc);
 	kv_emit_u64(e, "forced", "forced releases", s->forced);
 	kv_emit_u64(e, "enospc_waits", "waits for room", s->waits);
-	kv_emit_u64(e, "bytes_verified", "bytes verified", s->bytes_checked);
+	kvb_emit_bytes(e, "bytes_verified", "bytes verified",
+		       s->bytes_checked);
 	kv_emit_u64(e, "pattern_errors", "pattern errors (blocks)",
 		    s->bad_blocks);
 	kv_emit_u64(e, "pattern_bad_words", "pattern errors (words)",
@@ -185,11 +188,11 @@ static void emit_op_latency(struct kv_emit *e, const struct agg *a,
 	uint64_t n = a->nsamp[k];
 
 	kv_emit_obj_begin(e, op_key[k], op_label[k]);
-	kv_emit_f64(e, "p50", "p50", pct_us(v, n, 50));
-	kv_emit_f64(e, "p99", "p99", pct_us(v, n, 99));
-	kv_emit_f64(e, "mean", "mean", st->ops ?
-		    (double)st->sum_ns / st->ops / 1e3 : 0);
-	kv_emit_f64(e, "max", "max", (double)st->max_ns / 1e3);
+	kvb_emit_fixed(e, "p50", "p50", pct_us(v, n, 50), 1, "us");
+	kvb_emit_fixed(e, "p99", "p99", pct_us(v, n, 99), 1, "us");
+	kvb_emit_fixed(e, "mean", "mean", st->ops ?
+		       (double)st->sum_ns / st->ops / 1e3 : 0, 1, "us");
+	kvb_emit_fixed(e, "max", "max", (double)st->max_ns / 1e3, 1, "us");
 	kv_emit_u64(e, "samples", "samples", n);
 	kv_emit_obj_end(e);
 }
@@ -197,7 +200,7 @@ static void emit_op_latency(struct kv_emit *e, const struct agg *a,
 static void emit_latency(struct kv_emit *e, const struct kvb_opts *o,
 			 const struct agg *a)
 {
-	kv_emit_obj_begin(e, "latency_us", "latency (us)");
+	kv_emit_obj_begin(e, "latency_us", "latency");
 	if (o->mode == KVB_MODE_REPLAY) {
 		kv_emit_str(e, "measured", "measured",
 			    "per call: one synchronous kv_seq call (hash: client-side hashing of a prompt)");
@@ -221,22 +224,22 @@ static void emit_pool(struct kv_emit *e, const struct agg *a)
 	uint64_t peak = (uint64_t)st->peak_pages_used * KV_PAGE_BYTES;
 
 	kv_emit_obj_begin(e, "pool", "pool");
-	kv_emit_u64(e, "pool_bytes", "pool bytes", st->pool_bytes);
+	kvb_emit_bytes(e, "pool_bytes", "pool size", st->pool_bytes);
 	kv_emit_u64(e, "nr_pages", "pages", st->nr_pages);
 	kv_emit_u64(e, "max_blocks", "max blocks", a->info[0].max_blocks);
 	kv_emit_u64(e, "pages_used_before", "pages used before",
 		    a->before[0].pages_used);
 	kv_emit_u64(e, "peak_pages_used", "peak pages used",
 		    st->peak_pages_used);
-	kv_emit_u64(e, "peak_bytes", "peak bytes used", peak);
-	kv_emit_f64(e, "peak_pct", "peak use (%)", st->nr_pages ?
-		    100.0 * st->peak_pages_used / st->nr_pages : 0);
+	kvb_emit_bytes(e, "peak_bytes", "peak bytes used", peak);
+	kvb_emit_pct(e, "peak_pct", "peak use", st->nr_pages ?
+		     100.0 * st->peak_pages_used / st->nr_pages : 0);
 	kv_emit_str(e, "peak_scope", "peak scope",
 		    a->after[0].peak_pages_used > a->before[0].peak_pages_used ?
 		    "this run (kvd's peak since start, raised by it)" :
 		    "kvd's peak since start (not exceeded by this run)");
 	if (a->have_st1)
-		kv_emit_u64(e, "reclaims", "blocks reclaimed by another namespace",
+		kv_emit_u64(e, "reclaims", "blocks taken by other ns",
 			    a->st1.reclaims - a->st0.reclaims);
 	kv_emit_obj_end(e);
 }

@@ -11,6 +11,7 @@
 
 #include "fleet.h"
 #include "report_replay.h"
+#include "report_num.h"
 
 /* With --models, a model column after pid. */
 static const struct kv_emit_col replay_model_col = { "model", "model", 5 };
@@ -20,7 +21,7 @@ static const struct kv_emit_col replay_cols[] = {
 	{ "pid",		"pid",		8 },
 	{ "requests",		"requests",	8 },
 	{ "requests_per_s",	"req/s",	9 },
-	{ "hit_ratio_blocks",	"hit blocks",	10 },
+	{ "hit_ratio_blocks",	"hit ratio (blocks)", 18 },
 	{ "open_p50_us",	"open p50us",	10 },
 	{ "open_p99_us",	"open p99us",	10 },
 	{ "append_p50_us",	"app p50us",	9 },
@@ -41,7 +42,7 @@ void kvb_emit_geometry(struct kv_emit *e, const struct kvb_opts *o,
 	kv_emit_u64(e, "block_tokens", "block tokens", o->geom.block_tokens);
 	kv_emit_str(e, "dtype", "dtype", o->dtype_name);
 	kv_emit_str(e, "quant", "scales", kvb_quant_name(o->geom.quant));
-	kv_emit_u64(e, "block_bytes", "block bytes", a->info[0].block_bytes);
+	kvb_emit_bytes(e, "block_bytes", "block size", a->info[0].block_bytes);
 	/* what the pool holds in this geometry, as kvd counts it */
 	kv_emit_u64(e, "pool_tokens", "tokens the pool holds",
 		    (uint64_t)a->info[0].max_blocks * o->geom.block_tokens);
@@ -113,7 +114,7 @@ void kvb_emit_replay_config(struct kv_emit *e, const struct kvb_opts *o,
 	kv_emit_u64(e, "limit", "limit", o->limit);
 	kv_emit_u64(e, "decode_chunk", "decode chunk (tokens)",
 		    o->decode_chunk);
-	kv_emit_f64(e, "timestamps", "timestamps (scale; 0 off)",
+	kv_emit_f64(e, "timestamps", "timestamp scale (0 off)",
 		    o->timestamps ? o->ts_scale : 0);
 	/* A string: JSON numbers lose u64 precision in most readers. */
 	kv_emit_str(e, "salt", "hash salt", salt);
@@ -143,7 +144,7 @@ void kvb_emit_trace(struct kv_emit *e, const struct kvb_opts *o)
 
 	kv_emit_obj_begin(e, "trace", "trace");
 	kv_emit_u64(e, "requests", "requests", tr->nr);
-	kv_emit_f64(e, "span_s", "span (s)", (double)tr->span_us / 1e6);
+	kvb_emit_fixed(e, "span_s", "span", (double)tr->span_us / 1e6, 1, "s");
 	kv_emit_u64(e, "prompt_tokens", "prompt tokens", tr->sum_in);
 	kv_emit_u64(e, "output_tokens", "output tokens", tr->sum_out);
 	kv_emit_u64(e, "max_prompt", "longest prompt", tr->max_in);
@@ -177,20 +178,21 @@ void kvb_emit_replay_results(struct kv_emit *e, const struct kvb_opts *o,
 
 	kv_emit_obj_begin(e, "results", "results");
 	kv_emit_u64(e, "requests", "requests", s->requests);
-	kv_emit_f64(e, "wall_s", "wall time (s)", (double)wall / 1e9);
-	kv_emit_f64(e, "requests_per_s", "requests/s",
-		    per_s(s->requests, wall));
+	kvb_emit_fixed(e, "wall_s", "wall time", (double)wall / 1e9, 2, "s");
+	kvb_emit_fixed(e, "requests_per_s", "requests/s",
+		       per_s(s->requests, wall), 0, NULL);
 	kv_emit_u64(e, "prompt_tokens", "prompt tokens", s->prompt_tokens);
 	kv_emit_u64(e, "hit_tokens", "hit tokens", s->hit_tokens);
-	kv_emit_f64(e, "hit_ratio_tokens", "hit ratio (tokens)",
-		    ratio(s->hit_tokens, s->prompt_tokens));
-	kv_emit_f64(e, "bound_tokens", "bound (tokens)",
-		    ratio(b->hits * bt, b->prompt_tokens));
+	kvb_emit_frac(e, "hit_ratio_tokens", "hit ratio (tokens)",
+		      ratio(s->hit_tokens, s->prompt_tokens));
+	kvb_emit_frac(e, "bound_tokens", "bound (tokens)",
+		      ratio(b->hits * bt, b->prompt_tokens));
 	kv_emit_u64(e, "prompt_blocks", "prompt full blocks", s->prompt_blocks);
 	kv_emit_u64(e, "hit_blocks", "hit blocks", s->hit_blocks);
-	kv_emit_f64(e, "hit_ratio_blocks", "hit ratio (blocks)", hit);
-	kv_emit_f64(e, "bound_blocks", "bound (blocks)", bound);
-	kv_emit_f64(e, "bound_gap", "bound - hit ratio", bound - hit);
+	kvb_emit_frac(e, "hit_ratio_blocks", "hit ratio (blocks)", hit);
+	kvb_emit_frac(e, "bound_blocks", "bound (blocks)", bound);
+	kvb_emit_fixed(e, "bound_gap", "bound - hit ratio", bound - hit, 4,
+		       NULL);
 	kv_emit_u64(e, "kvd_lookups", "kvd lookups",
 		    kvd_delta(o, a, offsetof(struct kv_stats, lookups)));
 	kv_emit_u64(e, "kvd_hit_blocks", "kvd hit blocks",
@@ -212,8 +214,8 @@ void kvb_emit_bound(struct kv_emit *e, const struct agg *a)
 	const struct kvb_bound *b = &a->bound;
 
 	kv_emit_obj_begin(e, "bound", "infinite cache (offline)");
-	kv_emit_f64(e, "hit_ratio_blocks", "hit ratio (blocks)",
-		    ratio(b->hits, b->refs));
+	kvb_emit_frac(e, "hit_ratio_blocks", "hit ratio (blocks)",
+		      ratio(b->hits, b->refs));
 	kv_emit_u64(e, "refs", "prompt block references", b->refs);
 	kv_emit_u64(e, "unique", "distinct prompt blocks", b->unique);
 	kv_emit_u64(e, "footprint_blocks", "blocks committed in all",
@@ -230,13 +232,14 @@ void kvb_emit_memory(struct kv_emit *e, const struct kvb_opts *o,
 	kv_emit_obj_begin(e, "memory", "memory");
 	kv_emit_u64(e, "peak_blocks_used", "peak blocks in use",
 		    s->peak_used);
-	kv_emit_u64(e, "peak_bytes_used", "peak bytes in use",
-		    s->peak_used * a->info[0].block_bytes);
-	kv_emit_f64(e, "waste_at_peak_pct", "waste at peak (%)",
-		    slots ? 100.0 * (double)s->peak_unused / (double)slots : 0);
-	kv_emit_f64(e, "waste_mean_pct", "waste, mean (%)",
-		    s->waste_samples ?
-		    100.0 * s->waste_sum / (double)s->waste_samples : 0);
+	kvb_emit_bytes(e, "peak_bytes_used", "peak bytes in use",
+		       s->peak_used * a->info[0].block_bytes);
+	/* of the slots (token positions) allocated: the unused ones */
+	kvb_emit_pct(e, "waste_at_peak_pct", "waste at peak",
+		     slots ? 100.0 * (double)s->peak_unused / (double)slots : 0);
+	kvb_emit_pct(e, "waste_mean_pct", "waste, mean",
+		     s->waste_samples ?
+		     100.0 * s->waste_sum / (double)s->waste_samples : 0);
 	kv_emit_u64(e, "samples", "samples", s->waste_samples);
 	kv_emit_str(e, "sampled", "sampled",
 		    "after each request's output: kvd's blocks in use (ref > 0), unused slots of all open requests");
@@ -248,14 +251,14 @@ static void emit_sim(struct kv_emit *e, const char *key, const char *label,
 {
 	kv_emit_obj_begin(e, key, label);
 	kv_emit_u64(e, "peak_live", "live requests at peak", m->peak_live);
-	kv_emit_u64(e, "static_bytes", "static (max len)",
-		    m->static_slots * tb);
-	kv_emit_u64(e, "chunked_bytes", "chunked (256 tokens)",
-		    m->chunked_slots * tb);
-	kv_emit_u64(e, "paged_bytes", "paged, no sharing",
-		    m->paged_slots * tb);
-	kv_emit_u64(e, "paged_shared_bytes", "paged + sharing (ideal)",
-		    m->shared_slots * tb);
+	kvb_emit_bytes(e, "static_bytes", "static (max len)",
+		       m->static_slots * tb);
+	kvb_emit_bytes(e, "chunked_bytes", "chunked (256 tokens)",
+		       m->chunked_slots * tb);
+	kvb_emit_bytes(e, "paged_bytes", "paged, no sharing",
+		       m->paged_slots * tb);
+	kvb_emit_bytes(e, "paged_shared_bytes", "paged + sharing (ideal)",
+		       m->shared_slots * tb);
 	kv_emit_obj_end(e);
 }
 
@@ -275,16 +278,19 @@ void kvb_emit_allocators(struct kv_emit *e, const struct kvb_opts *o,
 	if (a->have_run)
 		emit_sim(e, "as_run", "as run (each request from open to close)",
 			 &a->run, tb);
-	kv_emit_u64(e, "kvd_bytes", "kvd (measured)", kvd);
+	kvb_emit_bytes(e, "kvd_bytes", "kvd (measured)", kvd);
 	kv_emit_str(e, "ratios_over", "ratios over",
 		    a->have_run ? "as run" : "offline");
-	kv_emit_f64(e, "static_vs_kvd", "static / kvd",
-		    ratio(m->static_slots * tb, kvd));
-	kv_emit_f64(e, "chunked_vs_kvd", "chunked / kvd",
-		    ratio(m->chunked_slots * tb, kvd));
-	kv_emit_f64(e, "paged_vs_kvd", "paged / kvd",
-		    ratio(m->paged_slots * tb, kvd));
-	kv_emit_f64(e, "kvd_vs_ideal", "kvd / ideal sharing",
-		    ratio(kvd, m->shared_slots * tb));
+	kvb_emit_times(e, "static_vs_kvd", "static / kvd",
+		       ratio(m->static_slots * tb, kvd),
+		       "(what static allocation needs over what kvd used)");
+	kvb_emit_times(e, "chunked_vs_kvd", "chunked / kvd",
+		       ratio(m->chunked_slots * tb, kvd), NULL);
+	kvb_emit_times(e, "paged_vs_kvd", "paged / kvd",
+		       ratio(m->paged_slots * tb, kvd), NULL);
+	/* below 1 only where the samples missed the exact peak */
+	kvb_emit_times(e, "kvd_vs_ideal", "kvd / ideal sharing",
+		       ratio(kvd, m->shared_slots * tb),
+		       "(ideal: paged, each shared prefix block stored once; about 1.00x: kvd wastes nothing beyond it)");
 	kv_emit_obj_end(e);
 }
