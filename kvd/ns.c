@@ -485,9 +485,11 @@ static void alloc_done(struct kvd_ns *ns, const uint32_t *ids, uint32_t nr)
 static int alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
 		     uint32_t *ids, uint32_t nr)
 {
+	uint64_t evictions = ns->evictions;
 	int ret = alloc_ids_marked(ns, hr, ids, nr);
 
-	if (ret > 0)
+	/* marks only where it evicted: no second pass when blocks were free */
+	if (ret > 0 && ns->evictions != evictions)
 		alloc_done(ns, ids, nr);
 	return ret;
 }

@@ -180,14 +180,15 @@ static void heap_down(struct kvd_ns *ns, uint32_t i)
 	heap_set(ns, i, id);
 }
 
-static void heap_add(struct kvd_ns *ns, uint32_t id)
+/* The heap is off the hot path: out of line, so the list code stays small. */
+static __cold void heap_add(struct kvd_ns *ns, uint32_t id)
 {
 	ns->blocks[id].lru_next = LRU_IN_HEAP;
 	heap_set(ns, ns->lru_heap_len, id);
 	heap_up(ns, ns->lru_heap_len++);
 }
 
-static void heap_del(struct kvd_ns *ns, uint32_t id)
+static __cold void heap_del(struct kvd_ns *ns, uint32_t id)
 {
 	uint32_t i = ns->blocks[id].lru_prev, last;
 
@@ -238,12 +239,13 @@ static void lru_add_at_tick(struct kvd_ns *ns, uint32_t id)
 {
 	uint64_t t = tick_of(ns, id);
 
-	if (ns->lru_head == KVD_NIL || t > tick_of(ns, ns->lru_tail))
-		list_add_tail(ns, id);
-	else if (t < tick_of(ns, ns->lru_head))
+	/* mostly a parent older than the head (released before its child) */
+	if (ns->lru_head != KVD_NIL && t < tick_of(ns, ns->lru_head))
 		list_add_head(ns, id);
+	else if (ns->lru_head == KVD_NIL || t > tick_of(ns, ns->lru_tail))
+		list_add_tail(ns, id);
 	else
-		heap_add(ns, id);
+		heap_add(ns, id);	/* between the ends: rare */
 	ns->blocks[id].on_lru = true;
 	ns->lru_len++;
 }
@@ -256,7 +258,7 @@ static void lru_del(struct kvd_ns *ns, uint32_t id)
 		return;
 	b->on_lru = false;
 	ns->lru_len--;
-	if (b->lru_next == LRU_IN_HEAP) {
+	if (unlikely(b->lru_next == LRU_IN_HEAP)) {
 		heap_del(ns, id);
 		return;
 	}
@@ -275,7 +277,7 @@ uint32_t kvd_prefix_lru_first(const struct kvd_ns *ns)
 {
 	uint32_t id = ns->lru_head;
 
-	if (!ns->lru_heap_len)
+	if (likely(!ns->lru_heap_len))
 		return id;
 	if (id == KVD_NIL || tick_of(ns, ns->lru_heap[0]) < tick_of(ns, id))
 		return ns->lru_heap[0];

@@ -661,7 +661,12 @@ static void test_prefix_random_books(void **state)
  * its end, last block first, as their refs reach 0. On a stream of whole
  * blocks, one request after another with a few live at once, kvd (free
  * blocks first, then exact LRU leaf first) must hit exactly what vLLM
- * hits, request by request: a hot system prompt included.
+ * hits, request by request: a hot system prompt included. The model is
+ * pinned to the real code: vLLM v0.19.0's BlockPool (65 blocks, its null
+ * block first), driven through this stream with get_cached_block, touch,
+ * get_new_blocks, cache_full_blocks and free_blocks(reversed(blocks)),
+ * hit 6581 blocks, the sum over requests of (request + 1) x hits
+ * 9847169.
  */
 #define VB_BLOCKS	64	/* the pool: 32 pages of 2 blocks */
 #define VB_LIVE		4
@@ -818,6 +823,8 @@ static void test_prefix_hits_as_vllm(void **state)
 	print_message("hit blocks: kvd %u, vLLM %u (sum of request x hits "
 		      "%u); %u in the LRU heap\n", hits_k, hits_v, sum,
 		      t->ns.lru_heap_len);
+	assert_int_equal(hits_v, 6581);		/* vLLM's own code */
+	assert_int_equal(sum, 9847169);
 	assert_true(t->ns.evictions > 0);
 	free(v);
 	ctx_free(t);
