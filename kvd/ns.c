@@ -180,21 +180,22 @@ static int ns_reclaim(struct kvd_ns *ns)
 	struct kvd_pool *pool = ns->pool;
 	struct kvd_ns *victim = NULL;
 	uint64_t coldest = UINT64_MAX;
-	uint32_t before = pool->pages_used, id;
+	uint32_t before = pool->pages_used, id, first;
 
 	/* the only namespace: nothing to scan, it evicts its own leaf */
 	if (pool->nr_live_ns <= 1)
 		return 0;
-	if (ns->lru_head != KVD_NIL)
-		coldest = ns->blocks[ns->lru_head].tick;
+	first = kvd_prefix_lru_first(ns);
+	if (first != KVD_NIL)
+		coldest = ns->blocks[first].tick;
 	for (uint32_t i = 0; pool->ns && i < pool->nr_ns; i++) {
 		struct kvd_ns *o = &pool->ns[i];
 
-		if (!o->live || o == ns || o->lru_head == KVD_NIL ||
-		    !ns_reclaimable(o, o->slab_pages))
+		if (!o->live || o == ns || !ns_reclaimable(o, o->slab_pages))
 			continue;
-		if (o->blocks[o->lru_head].tick < coldest) {
-			coldest = o->blocks[o->lru_head].tick;
+		first = kvd_prefix_lru_first(o);
+		if (first != KVD_NIL && o->blocks[first].tick < coldest) {
+			coldest = o->blocks[first].tick;
 			victim = o;
 		}
 	}
@@ -224,7 +225,9 @@ uint32_t kvd_ns_evict_all(struct kvd_ns *ns)
 /*
  * A new block with one ref: free blocks first (a slab's free list, then a
  * new slab from the page pool), then the least recently used cached leaf
- * is evicted (kvd/prefix.c). -ENOSPC only when nothing is evictable.
+ * is evicted (kvd/prefix.c) and marked, so that a request that fails
+ * after it can put it back (alloc_ids). -ENOSPC only when nothing is
+ * evictable.
  */
 static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 {
@@ -238,8 +241,10 @@ static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 		while (ret == -ENOSPC && ns_reclaim(ns) > 0)
 			ret = kvd_slab_new(ns);
 		if ((ret == -ENOSPC || ret == -EDQUOT) &&
-		    !kvd_prefix_evict_one(ns, id))
+		    !kvd_prefix_evict_one(ns, id)) {
+			ns->blocks[*id].mark = true;
 			goto take;
+		}
 		if (ret < 0)
 			return ret;
 	}
@@ -319,6 +324,24 @@ static void hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
 	block_put(ns, id);
 }
 
+/*
+ * Undo hold_get() of a request that failed: the ref goes, and a block
+ * that was cached before is cached again as it was (its old tick, its
+ * place in the LRU; no waiter woken), not released afresh.
+ */
+static void hold_unget(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
+{
+	struct kvd_block *b = &ns->blocks[id];
+
+	if (--*kvd_hold_counter(ns, hr->slot, id) == 0)
+		kvd_hold_del(ns, hr, id);
+	hr->nr_refs--;
+	if (--b->ref)
+		return;
+	ns->blocks_used--;
+	kvd_prefix_recache(ns, id);
+}
+
 /* ---- operations ---- */
 
 /*
@@ -340,24 +363,41 @@ int kvd_ns_alloc_check(const struct kvd_ns *ns, const struct kvd_holder *hr,
 	return 0;
 }
 
+/* How many of @pages new pages @a's max_pages leaves room for. */
+static uint64_t quota_left(const struct kvd_acct *a, uint64_t pages)
+{
+	if (!a || !a->max_pages)
+		return pages;
+	if (a->pages >= a->max_pages)
+		return 0;
+	return pages < a->max_pages - a->pages ? pages :
+	       a->max_pages - a->pages;
+}
+
 /*
  * Can @nr more blocks still be had: free in our slabs, in free pages (in
  * whole slabs of this geometry), then in other namespaces' slabs that
  * would come back as pages once their cached blocks are evicted (their
- * blocks not in use, down to their guaranteed minimum)? An estimate; a
- * failing ALLOC still unwinds. The scan of other namespaces runs only
- * when the pool itself is short, off the common path.
+ * blocks not in use, down to their guaranteed minimum); new slabs within
+ * the namespace's and its tenant's max_pages? 0, else -ENOSPC, or
+ * -EDQUOT when only the quota stands in the way. An estimate; a failing
+ * ALLOC still unwinds. The scan of other namespaces runs only when the
+ * pool itself is short, off the common path.
  */
-static bool has_room(const struct kvd_ns *ns, uint32_t nr)
+static int room_check(const struct kvd_ns *ns, uint32_t nr)
 {
 	uint64_t free_pages = ns->pool->nr_pages - ns->pool->pages_used;
-	uint64_t bytes, have;
+	uint64_t bytes, have, quota;
 
+	/* new slabs stop at the namespace's and the tenant's max_pages */
+	quota = quota_left(ns->tacct, quota_left(&ns->acct, UINT64_MAX));
+	quota = quota >= UINT64_MAX / KV_PAGE_BYTES ? UINT64_MAX :
+		(quota - quota % ns->slab_pages) * KV_PAGE_BYTES;
 	free_pages -= free_pages % ns->slab_pages;
 	bytes = free_pages * KV_PAGE_BYTES;
 	have = (uint64_t)ns->nr_blocks - ns->blocks_used;
-	if (have + bytes / ns->block_bytes >= nr)
-		return true;
+	if (have + (bytes < quota ? bytes : quota) / ns->block_bytes >= nr)
+		return 0;
 	for (uint32_t i = 0; ns->pool->ns && i < ns->pool->nr_ns; i++) {
 		const struct kvd_ns *o = &ns->pool->ns[i];
 		uint64_t spare, room;
@@ -370,19 +410,52 @@ static bool has_room(const struct kvd_ns *ns, uint32_t nr)
 		       KV_PAGE_BYTES : 0;
 		bytes += spare < room ? spare : room;
 	}
-	return have + bytes / ns->block_bytes >= nr;
+	if (have + (bytes < quota ? bytes : quota) / ns->block_bytes >= nr)
+		return 0;
+	return have + bytes / ns->block_bytes >= nr ? -EDQUOT : -ENOSPC;
 }
 
-/* Checked by the caller: @nr blocks for @hr, all or nothing. */
-static int alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
-		     uint32_t *ids, uint32_t nr)
+/*
+ * Undo block_alloc() + kvd_hold_add() of @id for a request that failed:
+ * a block evicted for it is put back in the cache as it was, any other
+ * goes back to its slab, and pool->frees is left as it was (the caller):
+ * nothing became free that was not free before.
+ */
+static void block_unalloc(struct kvd_ns *ns, struct kvd_holder *hr,
+			  uint32_t id)
 {
+	struct kvd_block *b = &ns->blocks[id];
+
+	kvd_hold_del(ns, hr, id);
+	hr->nr_refs--;
+	b->ref = 0;
+	ns->blocks_used--;
+	if (b->mark) {
+		b->mark = false;
+		kvd_prefix_unevict(ns, id);
+	} else {
+		kvd_slab_free_block(ns, id);
+	}
+}
+
+/*
+ * Checked by the caller: @nr blocks for @hr, all or nothing. A failure
+ * leaves the namespace's books, its LRU order and its counters as they
+ * were: the blocks evicted on the way are put back, in reverse order.
+ * Only blocks reclaimed from other namespaces (pool->reclaims) stay
+ * gone; room_check() refuses first where it can see that nr is too many.
+ */
+static int alloc_ids_marked(struct kvd_ns *ns, struct kvd_holder *hr,
+			    uint32_t *ids, uint32_t nr)
+{
+	uint64_t frees = ns->pool->frees, reclaims = ns->pool->reclaims;
 	uint32_t i, id;
 	int ret;
 
 	/* Cheap refusal first, so a hopeless ALLOC evicts nothing. */
-	if (!has_room(ns, nr))
-		return -ENOSPC;
+	ret = room_check(ns, nr);
+	if (ret)
+		return ret;
 	for (i = 0; i < nr; i++) {
 		ret = block_alloc(ns, &id);
 		if (ret)
@@ -393,11 +466,31 @@ static int alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
 	return (int)nr;
 
 err_unwind:
-	while (i--) {
-		kvd_hold_del(ns, hr, ids[i]);
-		hr->nr_refs--;
-		block_put(ns, ids[i]);
-	}
+	while (i--)
+		block_unalloc(ns, hr, ids[i]);
+	/* No waiter to wake, unless pages came back from another namespace. */
+	if (ns->pool->reclaims == reclaims)
+		ns->pool->frees = frees;
+	return ret;
+}
+
+/* The blocks evicted for @ids are gone for good: their marks go. */
+static void alloc_done(struct kvd_ns *ns, const uint32_t *ids, uint32_t nr)
+{
+	for (uint32_t i = 0; i < nr; i++)
+		if (ids[i] != KVD_NIL)
+			ns->blocks[ids[i]].mark = false;
+}
+
+static int alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
+		     uint32_t *ids, uint32_t nr)
+{
+	uint64_t evictions = ns->evictions;
+	int ret = alloc_ids_marked(ns, hr, ids, nr);
+
+	/* marks only where it evicted: no second pass when blocks were free */
+	if (ret > 0 && ns->evictions != evictions)
+		alloc_done(ns, ids, nr);
 	return ret;
 }
 
@@ -424,53 +517,76 @@ static uint32_t holder_room_left(const struct kvd_holder *hr, uint32_t nr)
 }
 
 /*
+ * The longest committed prefix of @hashes, a ref taken on each hit for
+ * @hr before anything else can evict it; counts nothing (the caller, once
+ * its request succeeds). The room in the hold table is checked first.
+ */
+static uint32_t take_hits(struct kvd_ns *ns, struct kvd_holder *hr,
+			  const struct kv_hash *hashes, uint32_t nr,
+			  uint32_t *ids)
+{
+	uint32_t h, hits;
+
+	/* no more than the client may hold; the index stops at a miss */
+	hits = kvd_prefix_match(ns, hashes, holder_room_left(hr, nr), ids);
+	/* a block at KVD_REF_MAX ends the prefix too */
+	for (h = 0; h < hits; h++)
+		if (hold_get(ns, hr, ids[h]))
+			break;
+	return h;
+}
+
+/*
  * kvd_ns_lookup - the longest committed prefix of @hashes: stops at
  * the first miss. Each hit gets a ref for @hr at once. Returns the hit
  * count h (ids in @ids[0..h)), or -ENOMEM when the hold table is full
- * (nothing taken).
+ * (nothing taken, nothing counted).
  */
 int kvd_ns_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
 		  const struct kv_hash *hashes, uint32_t nr, uint32_t *ids)
 {
-	uint32_t h, hits;
+	uint32_t h;
 
 	if (ns->holds.cap - ns->holds.nr < nr)
 		return -ENOMEM;
+	h = take_hits(ns, hr, hashes, nr, ids);
 	ns->lookups++;
-	/* no more than the client may hold; the index stops at a miss */
-	hits = kvd_prefix_match(ns, hashes, holder_room_left(hr, nr), ids);
-	/* Refs before anything else can evict; a block at KVD_REF_MAX
-	 * ends the prefix too. */
-	for (h = 0; h < hits; h++)
-		if (hold_get(ns, hr, ids[h]))
-			break;
 	ns->hit_blocks += h;
 	return (int)h;
 }
 
 /*
  * kvd_ns_alloc_prefix - lookup of @n_hashes hashes, then new blocks for the
- * rest of @nr ids. All or nothing: on error the hits are given back.
+ * rest of @nr ids. All or nothing: on error the hits are given back as
+ * they were (their places in the LRU kept) and nothing is counted, so a
+ * waiting request tried again and again changes nothing until it is
+ * served.
  */
 int kvd_ns_alloc_prefix(struct kvd_ns *ns, struct kvd_holder *hr,
 			const struct kv_hash *hashes, uint32_t n_hashes,
 			uint32_t *ids, uint32_t nr)
 {
-	int h, ret;
+	uint32_t h;
+	int ret;
 
 	if (n_hashes > nr)
 		return -EINVAL;
 	ret = kvd_ns_alloc_check(ns, hr, nr);
 	if (ret)
 		return ret;
-	h = kvd_ns_lookup(ns, hr, hashes, n_hashes, ids);
-	if (h < 0 || (uint32_t)h == nr)
-		return h;
-	ret = alloc_ids(ns, hr, ids + h, nr - (uint32_t)h);
-	if (ret >= 0)
-		return h;
+	h = take_hits(ns, hr, hashes, n_hashes, ids);
+	if (h < nr) {
+		ret = alloc_ids(ns, hr, ids + h, nr - h);
+		if (ret < 0)
+			goto err_hits;
+	}
+	ns->lookups++;
+	ns->hit_blocks += h;
+	return (int)h;
+
+err_hits:
 	while (h--)
-		hold_put(ns, hr, ids[h]);
+		hold_unget(ns, hr, ids[h]);
 	return ret;
 }
 
@@ -630,9 +746,10 @@ static bool cow_needed(const struct kvd_block *b)
  * @hr; @dst[i] gets it, or KVD_NIL where ids[i] may be written as is.
  * Returns the number of new blocks (0..nr). All or nothing: -EINVAL an
  * id outside the namespace or given twice, -EPERM not held, -ENOSPC /
- * -ENOMEM / -EDQUOT no room for the copies. The caller copies the bytes,
- * then calls kvd_ns_cow_end (vLLM's block manager does the same swap of
- * a shared block for a private copy before appending to it).
+ * -ENOMEM / -EDQUOT no room for the copies (nothing changed). The
+ * caller copies the bytes, then calls kvd_ns_cow_end (vLLM's block
+ * manager does the same swap of a shared block for a private copy before
+ * appending to it).
  */
 int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 		     const uint32_t *ids, uint32_t *dst, uint32_t nr)
@@ -661,7 +778,8 @@ int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 		goto spread;
 	if (ns->holds.cap - ns->holds.nr < k)
 		return -ENOMEM;
-	ret = alloc_ids(ns, hr, dst, k);
+	/* marked: kvd_ns_cow_end may still have to undo them */
+	ret = alloc_ids_marked(ns, hr, dst, k);
 	if (ret < 0)
 		return ret;
 spread:
@@ -673,17 +791,27 @@ spread:
 
 /*
  * kvd_ns_cow_end - step two: @copied, the old blocks' refs go and @ids
- * take the new ids; else the new blocks go and nothing changed.
+ * take the new ids; else the new blocks are undone, last first (blocks
+ * evicted for them back in the cache), and nothing changed.
  */
 void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		    const uint32_t *dst, uint32_t nr, bool copied)
 {
+	uint64_t frees = ns->pool->frees;
+
+	if (!copied) {
+		for (uint32_t i = nr; i--;)
+			if (dst[i] != KVD_NIL)
+				block_unalloc(ns, hr, dst[i]);
+		ns->pool->frees = frees;	/* nothing new is free */
+		return;
+	}
+	alloc_done(ns, dst, nr);
 	for (uint32_t i = 0; i < nr; i++) {
 		if (dst[i] == KVD_NIL)
 			continue;
-		hold_put(ns, hr, copied ? ids[i] : dst[i]);
-		if (copied)
-			ids[i] = dst[i];
+		hold_put(ns, hr, ids[i]);
+		ids[i] = dst[i];
 	}
 }
 

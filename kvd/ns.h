@@ -94,9 +94,11 @@ struct kvd_ns {
 	uint64_t	seed;		/* per-tenant secret mixed into keys */
 	uint32_t	*index;		/* [mask + 1] buckets: id + 1, 0 empty */
 	uint32_t	index_mask;
-	uint32_t	lru_head;	/* least recently used: evicted first */
+	uint32_t	lru_head;	/* list by tick: head the oldest */
 	uint32_t	lru_tail;
-	uint32_t	lru_len;
+	uint32_t	*lru_heap;	/* [max_blocks] min-heap by tick */
+	uint32_t	lru_heap_len;
+	uint32_t	lru_len;	/* evictable: listed + in the heap */
 	uint32_t	cached_blocks;	/* state CACHED */
 	uint32_t	committed_blocks;
 	uint64_t	lookups;

@@ -115,7 +115,8 @@ out:
 /*
  * kvd_ns_check - verify the books of @ns (tests, and kvd's invariant
  * mode): every block is exactly one of free / held / cached; ref counts
- * equal the holds recorded; counters, LRU, index and child counts agree.
+ * equal the holds recorded; counters, LRU (its order of last use too),
+ * index and child counts agree.
  * Returns 0, or -EUCLEAN with *why naming the first broken rule.
  * O(blocks in slabs + holds).
  */
@@ -189,9 +190,29 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 				FAIL("a child count is wrong");
 		}
 	}
-	for (uint32_t id = ns->lru_head; id != KVD_NIL && n <= on_lru;
-	     id = ns->blocks[id].lru_next)
+	/* The LRU: a list sorted by tick, and a heap by tick beside it. */
+	for (uint32_t id = ns->lru_head, prev = KVD_NIL;
+	     id != KVD_NIL && n <= on_lru;
+	     prev = id, id = ns->blocks[id].lru_next) {
+		const struct kvd_block *b = &ns->blocks[id];
+
+		if (!b->on_lru || b->lru_prev != prev)
+			FAIL("the LRU list's links are broken");
+		if (prev != KVD_NIL && ns->blocks[prev].tick >= b->tick)
+			FAIL("the LRU list is not in the order of last use");
 		n++;
+	}
+	for (uint32_t i = 0; i < ns->lru_heap_len; i++) {
+		uint32_t id = ns->lru_heap[i];
+
+		if (id >= ns->max_blocks || !ns->blocks[id].on_lru ||
+		    ns->blocks[id].lru_prev != i)
+			FAIL("the LRU heap's places are broken");
+		if (i && ns->blocks[ns->lru_heap[(i - 1) / 2]].tick >
+			 ns->blocks[id].tick)
+			FAIL("the LRU heap is not in the order of last use");
+		n++;
+	}
 	if (used != ns->blocks_used || cached != ns->cached_blocks ||
 	    committed != ns->committed_blocks)
 		FAIL("block counters are wrong");

@@ -51,10 +51,12 @@ struct kvd_block {
 		uint32_t next_free;	/* FREE: slab free list link */
 		uint32_t own_refs;	/* owner != 0: the owner's refs */
 	};
-	uint32_t	parent;		/* committed parent, KVD_NIL for a root */
+	uint32_t	parent;		/* committed parent, KVD_NIL for a root;
+					 * kept after eviction until reuse */
 	uint32_t	nr_children;	/* committed blocks whose parent this is */
 	union {
-		struct {		/* on the LRU: cached leaves */
+		struct {		/* on the LRU: cached leaves; in
+					 * its heap: lru_prev the place */
 			uint32_t lru_prev, lru_next;
 		};
 		struct {		/* owner != 0: the owner's list */
@@ -62,7 +64,8 @@ struct kvd_block {
 		};
 	};
 	uint32_t	owner;		/* client slot + 1, 0: no owner */
-	uint64_t	tick;		/* pool clock when last released */
+	uint64_t	tick;		/* pool clock when last released:
+					 * its place in the LRU */
 	uint32_t	hnext;		/* index chain: id + 1, 0 ends */
 	struct kv_hash	key;		/* index key (tenant secret mixed in) */
 	uint8_t		state;		/* enum kvd_block_state */
@@ -103,7 +106,10 @@ void kvd_prefix_publish(struct kvd_ns *ns, uint32_t id,
 			const struct kv_hash *key, const struct kv_hash *parent);
 void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id);
 void kvd_prefix_uncache(struct kvd_ns *ns, uint32_t id);
+void kvd_prefix_recache(struct kvd_ns *ns, uint32_t id);
+uint32_t kvd_prefix_lru_first(const struct kvd_ns *ns);
 int kvd_prefix_evict_one(struct kvd_ns *ns, uint32_t *id);
+void kvd_prefix_unevict(struct kvd_ns *ns, uint32_t id);
 
 /* kvd/hold.c: the hold table */
 int kvd_holds_init(struct kvd_holds *hs, uint32_t cap);

@@ -14,9 +14,14 @@
  * Eviction is LRU among ref-0 committed blocks, leaf first: a block with
  * committed children is not on the LRU, so no cached block ever becomes
  * unreachable through the index. When the last child of a ref-0 parent is
- * evicted, the parent joins the LRU at its head: every lookup that touched
- * the child touched the parent first, so it is at least as old as any
- * block on the list. Everything here is O(1) per block.
+ * evicted, the parent joins the LRU at the place of its own last use (its
+ * tick), not at the cold end: a lookup may hit the parent without adding
+ * a child (a short query after a system prompt), so a parent can be
+ * younger than leaves still listed. So eviction is exact LRU under the
+ * leaf-first rule: as vLLM's free block queue, which frees a request's
+ * blocks tail first, orders a stream of whole prefixes. A hit, a release
+ * and most evictions are O(1) per block; a parent re-entering in the
+ * middle of the list costs O(log n) (the heap below).
  *
  * A hit takes its ref (ns.c) in the same request as the lookup (the daemon
  * is one thread), so there is no window in which a hit block can be
@@ -39,6 +44,10 @@ int kvd_prefix_init(struct kvd_ns *ns)
 	if (!ns->index)
 		return -ENOMEM;
 	ns->index_mask = (uint32_t)(nb - 1);
+	/* the heap beside the LRU list: untouched until used */
+	ns->lru_heap = calloc(ns->max_blocks, sizeof(*ns->lru_heap));
+	if (!ns->lru_heap)
+		return -ENOMEM;
 	ns->lru_head = ns->lru_tail = KVD_NIL;
 	return 0;
 }
@@ -46,7 +55,9 @@ int kvd_prefix_init(struct kvd_ns *ns)
 void kvd_prefix_exit(struct kvd_ns *ns)
 {
 	free(ns->index);
+	free(ns->lru_heap);
 	ns->index = NULL;
+	ns->lru_heap = NULL;
 }
 
 /* The index key of client hash @h: mixed with the tenant secret. */
@@ -104,30 +115,138 @@ static void index_del(struct kvd_ns *ns, uint32_t id)
 	*pp = ns->blocks[id].hnext;
 }
 
-/* ---- LRU: head is the least recently used ---- */
+/*
+ * ---- LRU: evictable blocks (cached leaves) in the order of their tick ----
+ *
+ * A block's tick is the pool clock at its last release. A fresh release
+ * takes a new tick, the largest: it goes at the tail of the list, which
+ * so stays sorted by tick, head oldest. A parent that becomes a leaf
+ * again (its last child evicted), or a block a failed request gives back,
+ * must go at its own tick, which may lie anywhere: at either end of the
+ * list when it fits there, else into a min-heap by tick beside the list.
+ * The oldest block is the older of the list's head and the heap's top.
+ * The heap holds only parents hit more recently than the list's head was
+ * released (a hot system prompt between shorter queries), so it stays
+ * small; the hot path (hit, release) is O(1) list work.
+ */
 
-static void lru_add(struct kvd_ns *ns, uint32_t id, bool at_head)
+#define LRU_IN_HEAP	(KVD_NIL - 1)	/* lru_next of a heap member */
+
+static uint64_t tick_of(const struct kvd_ns *ns, uint32_t id)
+{
+	return ns->blocks[id].tick;
+}
+
+static void heap_set(struct kvd_ns *ns, uint32_t i, uint32_t id)
+{
+	ns->lru_heap[i] = id;
+	ns->blocks[id].lru_prev = i;	/* a heap member's position */
+}
+
+static void heap_up(struct kvd_ns *ns, uint32_t i)
+{
+	uint32_t id = ns->lru_heap[i];
+	uint64_t t = tick_of(ns, id);
+
+	while (i) {
+		uint32_t up = (i - 1) / 2;
+
+		if (tick_of(ns, ns->lru_heap[up]) <= t)
+			break;
+		heap_set(ns, i, ns->lru_heap[up]);
+		i = up;
+	}
+	heap_set(ns, i, id);
+}
+
+static void heap_down(struct kvd_ns *ns, uint32_t i)
+{
+	uint32_t id = ns->lru_heap[i], n = ns->lru_heap_len;
+	uint64_t t = tick_of(ns, id);
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= n)
+			break;
+		if (c + 1 < n && tick_of(ns, ns->lru_heap[c + 1]) <
+				 tick_of(ns, ns->lru_heap[c]))
+			c++;
+		if (t <= tick_of(ns, ns->lru_heap[c]))
+			break;
+		heap_set(ns, i, ns->lru_heap[c]);
+		i = c;
+	}
+	heap_set(ns, i, id);
+}
+
+/* The heap is off the hot path: out of line, so the list code stays small. */
+static __cold void heap_add(struct kvd_ns *ns, uint32_t id)
+{
+	ns->blocks[id].lru_next = LRU_IN_HEAP;
+	heap_set(ns, ns->lru_heap_len, id);
+	heap_up(ns, ns->lru_heap_len++);
+}
+
+static __cold void heap_del(struct kvd_ns *ns, uint32_t id)
+{
+	uint32_t i = ns->blocks[id].lru_prev, last;
+
+	last = ns->lru_heap[--ns->lru_heap_len];
+	if (last == id)
+		return;
+	heap_set(ns, i, last);
+	heap_up(ns, i);
+	heap_down(ns, ns->blocks[last].lru_prev);
+}
+
+static void list_add_tail(struct kvd_ns *ns, uint32_t id)
 {
 	struct kvd_block *b = &ns->blocks[id];
 
-	if (at_head) {
-		b->lru_prev = KVD_NIL;
-		b->lru_next = ns->lru_head;
-		if (ns->lru_head != KVD_NIL)
-			ns->blocks[ns->lru_head].lru_prev = id;
-		else
-			ns->lru_tail = id;
+	b->lru_next = KVD_NIL;
+	b->lru_prev = ns->lru_tail;
+	if (ns->lru_tail != KVD_NIL)
+		ns->blocks[ns->lru_tail].lru_next = id;
+	else
 		ns->lru_head = id;
-	} else {
-		b->lru_next = KVD_NIL;
-		b->lru_prev = ns->lru_tail;
-		if (ns->lru_tail != KVD_NIL)
-			ns->blocks[ns->lru_tail].lru_next = id;
-		else
-			ns->lru_head = id;
+	ns->lru_tail = id;
+}
+
+static void list_add_head(struct kvd_ns *ns, uint32_t id)
+{
+	struct kvd_block *b = &ns->blocks[id];
+
+	b->lru_prev = KVD_NIL;
+	b->lru_next = ns->lru_head;
+	if (ns->lru_head != KVD_NIL)
+		ns->blocks[ns->lru_head].lru_prev = id;
+	else
 		ns->lru_tail = id;
-	}
-	b->on_lru = true;
+	ns->lru_head = id;
+}
+
+/* A fresh release: its tick is the newest, its place the tail. */
+static void lru_add_new(struct kvd_ns *ns, uint32_t id)
+{
+	list_add_tail(ns, id);
+	ns->blocks[id].on_lru = true;
+	ns->lru_len++;
+}
+
+/* Back on the LRU at the place of its own (older) tick. */
+static void lru_add_at_tick(struct kvd_ns *ns, uint32_t id)
+{
+	uint64_t t = tick_of(ns, id);
+
+	/* mostly a parent older than the head (released before its child) */
+	if (ns->lru_head != KVD_NIL && t < tick_of(ns, ns->lru_head))
+		list_add_head(ns, id);
+	else if (ns->lru_head == KVD_NIL || t > tick_of(ns, ns->lru_tail))
+		list_add_tail(ns, id);
+	else
+		heap_add(ns, id);	/* between the ends: rare */
+	ns->blocks[id].on_lru = true;
 	ns->lru_len++;
 }
 
@@ -137,6 +256,12 @@ static void lru_del(struct kvd_ns *ns, uint32_t id)
 
 	if (!b->on_lru)
 		return;
+	b->on_lru = false;
+	ns->lru_len--;
+	if (unlikely(b->lru_next == LRU_IN_HEAP)) {
+		heap_del(ns, id);
+		return;
+	}
 	if (b->lru_prev != KVD_NIL)
 		ns->blocks[b->lru_prev].lru_next = b->lru_next;
 	else
@@ -145,21 +270,31 @@ static void lru_del(struct kvd_ns *ns, uint32_t id)
 		ns->blocks[b->lru_next].lru_prev = b->lru_prev;
 	else
 		ns->lru_tail = b->lru_prev;
-	b->on_lru = false;
-	ns->lru_len--;
+}
+
+/* The least recently used evictable block, KVD_NIL if none. */
+uint32_t kvd_prefix_lru_first(const struct kvd_ns *ns)
+{
+	uint32_t id = ns->lru_head;
+
+	if (likely(!ns->lru_heap_len))
+		return id;
+	if (id == KVD_NIL || tick_of(ns, ns->lru_heap[0]) < tick_of(ns, id))
+		return ns->lru_heap[0];
+	return id;
 }
 
 /* A committed block's last ref went: it stays, cached, at the MRU end. */
 void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id)
 {
-	ns->pool->frees++;	/* evictable now: a waiting ALLOC may use it */
 	struct kvd_block *b = &ns->blocks[id];
 
+	ns->pool->frees++;	/* evictable now: a waiting ALLOC may use it */
 	b->state = KVD_BLOCK_CACHED;
 	b->tick = ++ns->pool->clock;
 	ns->cached_blocks++;
 	if (!b->nr_children)
-		lru_add(ns, id, false);
+		lru_add_new(ns, id);
 }
 
 /* A cached block gets a ref again: off the LRU, out of the cache count. */
@@ -169,7 +304,26 @@ void kvd_prefix_uncache(struct kvd_ns *ns, uint32_t id)
 	ns->cached_blocks--;
 }
 
-/* Drop @id (a cached leaf) from the cache; the caller reuses or frees it. */
+/*
+ * A ref taken by a request that then failed goes again: the block is
+ * cached as it was, at its old tick (its place in the LRU), not as a
+ * fresh release; nothing new became free, so waiters are not woken.
+ */
+void kvd_prefix_recache(struct kvd_ns *ns, uint32_t id)
+{
+	struct kvd_block *b = &ns->blocks[id];
+
+	b->state = KVD_BLOCK_CACHED;
+	ns->cached_blocks++;
+	if (!b->nr_children)
+		lru_add_at_tick(ns, id);
+}
+
+/*
+ * Drop @id (a cached leaf) from the cache; the caller reuses or frees it.
+ * Its key, tick and parent stay in its books until it is published
+ * again, so kvd_prefix_unevict() can put it back.
+ */
 static void evict(struct kvd_ns *ns, uint32_t id)
 {
 	struct kvd_block *b = &ns->blocks[id];
@@ -178,25 +332,46 @@ static void evict(struct kvd_ns *ns, uint32_t id)
 	lru_del(ns, id);
 	index_del(ns, id);
 	b->committed = false;
-	b->parent = KVD_NIL;
 	ns->committed_blocks--;
 	ns->cached_blocks--;
 	ns->evictions++;
 	if (p == KVD_NIL)
 		return;
-	/* The parent may now be a leaf; it is older than anything listed. */
+	/* The parent may now be a leaf: it joins at its own last use. */
 	if (--ns->blocks[p].nr_children == 0 && ns->blocks[p].ref == 0)
-		lru_add(ns, p, true);
+		lru_add_at_tick(ns, p);
 }
 
 /* Evict the LRU leaf for reuse: 0 and its id, or -ENOSPC if none. */
 int kvd_prefix_evict_one(struct kvd_ns *ns, uint32_t *id)
 {
-	if (ns->lru_head == KVD_NIL)
+	uint32_t first = kvd_prefix_lru_first(ns);
+
+	if (first == KVD_NIL)
 		return -ENOSPC;
-	*id = ns->lru_head;
-	evict(ns, *id);
+	*id = first;
+	evict(ns, first);
 	return 0;
+}
+
+/*
+ * Undo evict(@id) for a request that failed: @id, not published since
+ * and now ref 0 again, is cached under its old key, child of its old
+ * parent, at its old tick. Undone in the reverse order of the evictions,
+ * the LRU, the index and the counters are as before them.
+ */
+void kvd_prefix_unevict(struct kvd_ns *ns, uint32_t id)
+{
+	struct kvd_block *b = &ns->blocks[id];
+	uint32_t p = b->parent;
+
+	index_add(ns, id);
+	b->committed = true;
+	ns->committed_blocks++;
+	ns->evictions--;
+	if (p != KVD_NIL && ns->blocks[p].nr_children++ == 0)
+		lru_del(ns, p);
+	kvd_prefix_recache(ns, id);
 }
 
 /*
