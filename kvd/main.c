@@ -104,6 +104,30 @@ static int pick_backend(struct kvd *d)
 	return ret;
 }
 
+/*
+ * A host pool is a sparse memfd: any size starts, and the clients that
+ * fill it are killed later. Refuse one beyond RAM + swap up front unless
+ * --overcommit says it is meant (a test of the books, say).
+ */
+static int pool_fits(const struct kvd *d)
+{
+	uint64_t ram, swap;
+	struct sysinfo si;
+
+	if (d->be->backend != KV_BACKEND_HOST || d->cfg.overcommit ||
+	    sysinfo(&si))
+		return 0;
+	ram = (uint64_t)si.totalram * si.mem_unit;
+	swap = (uint64_t)si.totalswap * si.mem_unit;
+	if (d->cfg.pool_bytes <= ram + swap)
+		return 0;
+	kvd_err("--pool-size %llu MiB is more than this host's memory (%llu MiB RAM + %llu MiB swap): refused; --overcommit (overcommit = yes in kvd.conf) starts it anyway",
+		(unsigned long long)(d->cfg.pool_bytes >> 20),
+		(unsigned long long)(ram >> 20),
+		(unsigned long long)(swap >> 20));
+	return -EINVAL;
+}
+
 /* The pool from its backend (kvd/host.c, kvd/cuda.c) and its extents. */
 static int pool_create(struct kvd *d)
 {
@@ -111,7 +135,7 @@ static int pool_create(struct kvd *d)
 	uint64_t ext;
 	int ret;
 
-	if (pick_backend(d))
+	if (pick_backend(d) || pool_fits(d))
 		return -1;
 	ext = d->cfg.extent_bytes ? d->cfg.extent_bytes : default_extent(d);
 	if (ext > d->pool.bytes)
