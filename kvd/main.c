@@ -275,8 +275,10 @@ static void unbind_path(const char *path, struct kvd_path_id *id)
 	if (!id->bound)
 		return;
 	id->bound = false;
-	if (lstat(path, &st) || !S_ISSOCK(st.st_mode) ||
-	    st.st_dev != id->dev || st.st_ino != id->ino) {
+	if (lstat(path, &st))
+		return;		/* someone removed it already */
+	if (!S_ISSOCK(st.st_mode) || st.st_dev != id->dev ||
+	    st.st_ino != id->ino) {
 		kvd_warn("%s is no longer kvd's socket: left in place", path);
 		return;
 	}
