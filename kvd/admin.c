@@ -5,6 +5,7 @@
  * the connection. Replies are built from the live books; nothing is cached.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,6 +16,19 @@
 #include "daemon.h"
 #include "loop.h"
 #include "tenant.h"
+
+#ifndef KV_VERSION
+#define KV_VERSION "0.0"
+#endif
+
+/* KV_VERSION ("x.y.z") as KV_VERSION_CODE(). */
+static uint32_t version_code(void)
+{
+	unsigned x = 0, y = 0, z = 0;
+
+	sscanf(KV_VERSION, "%u.%u.%u", &x, &y, &z);
+	return KV_VERSION_CODE(x & 0xffff, y & 0xff, z & 0xff);
+}
 
 void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st)
 {
@@ -40,6 +54,7 @@ void kvd_admin_fill_status(struct kvd *d, struct kv_admin_status *st)
 	st->uptime_ms = (kvd_now_ns() - d->start_ns) / 1000000;
 	st->ops = d->ops;
 	st->reclaims = d->pool.reclaims;
+	st->version = version_code();
 }
 
 /*
@@ -157,10 +172,16 @@ static int fill_prefix(struct kvd *d, const struct kv_admin_req *req,
 	return prefix_books(d, buf, false, 0);
 }
 
+/* arg[0]: the namespace, ~0 for all; one that is not live: -ENOENT. */
 static int fill_evict(struct kvd *d, const struct kv_admin_req *req,
 		      struct kv_admin_status *st, void *buf)
 {
-	return prefix_books(d, buf, true, req->arg[0]);
+	uint32_t ns = req->arg[0];
+
+	if (ns != UINT32_MAX &&
+	    (ns >= d->cfg.max_namespaces || !d->ns[ns].live))
+		return -ENOENT;
+	return prefix_books(d, buf, true, ns);
 }
 
 /* Verify every namespace's books (kvd_ns_check); one record each. */
@@ -266,6 +287,29 @@ static const struct admin_cmd *admin_cmd(const struct kvd_admin_conn *a,
 	return &admin_cmds[req->cmd];
 }
 
+/*
+ * A client library's HELLO, sent here by mistake: refuse it in the
+ * WELCOME it waits for, so its error says where to go instead of
+ * "Protocol error".
+ */
+static bool reply_hello(struct kvd_admin_conn *a, int len)
+{
+	struct kv_welcome w = {
+		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
+		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_WELCOME,
+		.size = sizeof(w), .status = -EPROTO, .device = -1,
+	};
+
+	if (len < 16 || a->req.magic != KV_MAGIC ||
+	    a->req.type != KV_MSG_HELLO)
+		return false;
+	snprintf(w.errmsg, sizeof(w.errmsg),
+		 "this is kvd's admin socket, for kvctl: connect clients to kvd's client socket (kvd --socket)");
+	if (send(a->fd, &w, sizeof(w), MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		kvd_dbg("admin: refusing a HELLO: %m");
+	return true;
+}
+
 static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 {
 	const struct admin_cmd *cmd;
@@ -274,6 +318,8 @@ static void reply(struct kvd *d, struct kvd_admin_conn *a, int len)
 	uint8_t *buf;
 	int ret;
 
+	if (reply_hello(a, len))
+		return;
 	buf = calloc(1, KV_ADMIN_REPLY_MAX);
 	if (!buf)
 		return;

@@ -510,6 +510,10 @@ const struct conf_key kvd_keys[KVD_NR_KEYS] = {
 	[KVD_KEY_HUGEPAGES] = { BOTH("hugepages", "hugepages", hugepages,
 				     set_bool),
 		.help = "back the host pool with 2 MiB huge pages" },
+	[KVD_KEY_OVERCOMMIT] = { BOTH("overcommit", "overcommit", overcommit,
+				      set_bool),
+		.help = "start a host pool larger than RAM + swap (refused\n"
+			"otherwise): clients that touch all of it are killed" },
 	[KVD_KEY_EXTENT_SIZE] = { ARGV("extent-size", extent_bytes, set_size),
 		.arg = "SIZE", .min = KV_PAGE_BYTES, .max = SIZE_MAX_BYTES,
 		.what = "2M multiple",

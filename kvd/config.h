@@ -104,6 +104,8 @@ struct kvd_conf {
 	bool		has_poll_us;
 	bool		hugepages;
 	bool		has_hugepages;
+	bool		overcommit;	/* a host pool beyond RAM + swap */
+	bool		has_overcommit;
 
 	struct kvd_tenant_conf	*tenants;	/* in file order */
 	uint32_t		nr_tenants;
@@ -178,6 +180,7 @@ enum kvd_key {
 	KVD_KEY_MAX_CLIENT_BLOCKS,
 	KVD_KEY_POLL_US,
 	KVD_KEY_HUGEPAGES,
+	KVD_KEY_OVERCOMMIT,
 	KVD_KEY_EXTENT_SIZE,		/* command line only */
 	KVD_KEY_EVENT_LOOP,		/* command line or $KVD_EVENT_LOOP */
 	KVD_KEY_VERBOSE,		/* command line only, and below */
@@ -209,6 +212,7 @@ struct kvd_config {
 	uint32_t	max_client_blocks;	/* refs per client, 0: no limit */
 	uint32_t	poll_us;	/* poll busy rings this long before sleeping */
 	bool		hugepages;
+	bool		overcommit;	/* start a host pool beyond RAM + swap */
 	uint64_t	extent_bytes;	/* 0: pool / 32, within 2 MiB..1 GiB */
 	int		event_loop;	/* KVD_LOOP_* */
 	bool		verbose, quiet;

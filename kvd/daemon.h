@@ -49,7 +49,7 @@ struct kvd {
 	uint64_t	last_work_ns;	/* when a ring last had work (loop.c) */
 	bool		served;		/* served since last_work_ns was read */
 	bool		doomed;		/* some client has ->doomed set */
-	bool		socket_bound, admin_bound;
+	struct kvd_path_id sock_id, admin_id;	/* the sockets kvd bound */
 	uint64_t	start_ns;
 	uint64_t	ops;
 

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 #include <linux/types.h>
 #include <kv/abi.h>
 
@@ -59,6 +60,13 @@ static inline bool kvd_is_pow2(uint64_t x)
 }
 
 uint64_t kvd_now_ns(void);
+
+/* A file kvd made (its sockets): removed at exit only if still this one. */
+struct kvd_path_id {
+	dev_t		dev;
+	ino_t		ino;
+	bool		bound;
+};
 
 /* At most 10 messages a second per site; counts what it suppressed. */
 struct kvd_ratelimit {

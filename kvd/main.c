@@ -104,6 +104,30 @@ static int pick_backend(struct kvd *d)
 	return ret;
 }
 
+/*
+ * A host pool is a sparse memfd: any size starts, and the clients that
+ * fill it are killed later. Refuse one beyond RAM + swap up front unless
+ * --overcommit says it is meant (a test of the books, say).
+ */
+static int pool_fits(const struct kvd *d)
+{
+	uint64_t ram, swap;
+	struct sysinfo si;
+
+	if (d->be->backend != KV_BACKEND_HOST || d->cfg.overcommit ||
+	    sysinfo(&si))
+		return 0;
+	ram = (uint64_t)si.totalram * si.mem_unit;
+	swap = (uint64_t)si.totalswap * si.mem_unit;
+	if (d->cfg.pool_bytes <= ram + swap)
+		return 0;
+	kvd_err("--pool-size %llu MiB is more than this host's memory (%llu MiB RAM + %llu MiB swap): refused; --overcommit (overcommit = yes in kvd.conf) starts it anyway",
+		(unsigned long long)(d->cfg.pool_bytes >> 20),
+		(unsigned long long)(ram >> 20),
+		(unsigned long long)(swap >> 20));
+	return -EINVAL;
+}
+
 /* The pool from its backend (kvd/host.c, kvd/cuda.c) and its extents. */
 static int pool_create(struct kvd *d)
 {
@@ -111,7 +135,7 @@ static int pool_create(struct kvd *d)
 	uint64_t ext;
 	int ret;
 
-	if (pick_backend(d))
+	if (pick_backend(d) || pool_fits(d))
 		return -1;
 	ext = d->cfg.extent_bytes ? d->cfg.extent_bytes : default_extent(d);
 	if (ext > d->pool.bytes)
@@ -133,19 +157,51 @@ static int pool_create(struct kvd *d)
 	return 0;
 }
 
-/* Refuse to run twice on one path: flock() a lock file beside it. */
+/*
+ * What is at a socket path: nothing (0), a socket (1; with the lock held,
+ * one a dead kvd left), or something kvd must never replace (-1, said).
+ */
+static int path_kind(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st)) {
+		if (errno == ENOENT)
+			return 0;
+		kvd_err("%s: %m", path);
+		return -1;
+	}
+	if (S_ISSOCK(st.st_mode))
+		return 1;
+	kvd_err("%s exists and is not a socket: refusing to replace it (choose another path, or remove it)",
+		path);
+	return -1;
+}
+
+/*
+ * Refuse to run twice on one path: flock() a lock file beside it. Never
+ * through a symbolic link, and only a regular file: the path is the
+ * user's to choose, what is there is not kvd's to take.
+ */
 static int lock_path(const char *path)
 {
+	struct stat st;
 	char *lock;
 	int fd;
 
 	if (asprintf(&lock, "%s.lock", path) < 0)
 		return -1;
-	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW |
+		  O_NONBLOCK, 0600);
 	if (fd < 0) {
 		kvd_err("cannot open %s: %m", lock);
 		free(lock);
 		return -1;
+	}
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		kvd_err("%s is not a regular file: refusing to use it as kvd's lock file",
+			lock);
+		goto err_close;
 	}
 	if (flock(fd, LOCK_EX | LOCK_NB)) {
 		if (errno == EWOULDBLOCK)
@@ -153,17 +209,25 @@ static int lock_path(const char *path)
 				path, lock);
 		else
 			kvd_err("flock %s: %m", lock);
-		close(fd);
-		fd = -1;
+		goto err_close;
 	}
 	free(lock);
 	return fd;
+err_close:
+	close(fd);
+	free(lock);
+	return -1;
 }
 
-static int listen_on(const char *path, mode_t mode)
+/*
+ * Bind and listen on @path; @id gets the socket file's identity, so
+ * that kvd removes at exit only the file it made (unbind_path()).
+ */
+static int listen_on(const char *path, mode_t mode, struct kvd_path_id *id)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd;
+	struct stat st;
+	int fd, kind;
 
 	if (strlen(path) >= sizeof(sa.sun_path)) {
 		kvd_err("socket path too long (max %zu bytes): %s",
@@ -171,20 +235,54 @@ static int listen_on(const char *path, mode_t mode)
 		return -1;
 	}
 	strcpy(sa.sun_path, path);
+	kind = path_kind(path);
+	if (kind < 0)
+		return -1;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		kvd_err("socket: %m");
 		return -1;
 	}
-	/* We hold the lock: a socket file left here is stale. */
-	unlink(path);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    chmod(path, mode) || listen(fd, 128)) {
+	/* We hold the lock: a socket left here is a dead kvd's. */
+	if (kind == 1 && unlink(path) && errno != ENOENT) {
+		kvd_err("cannot remove the stale socket %s: %m", path);
+		goto err_close;
+	}
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		kvd_err("cannot listen on %s: %m", path);
-		close(fd);
-		return -1;
+		goto err_close;
+	}
+	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode)) {
+		id->dev = st.st_dev;
+		id->ino = st.st_ino;
+		id->bound = true;
+	}
+	if (chmod(path, mode) || listen(fd, 128)) {
+		kvd_err("cannot listen on %s: %m", path);
+		goto err_close;
 	}
 	return fd;
+err_close:
+	close(fd);
+	return -1;
+}
+
+/* Remove @path only if it is still the socket kvd bound there. */
+static void unbind_path(const char *path, struct kvd_path_id *id)
+{
+	struct stat st;
+
+	if (!id->bound)
+		return;
+	id->bound = false;
+	if (lstat(path, &st))
+		return;		/* someone removed it already */
+	if (!S_ISSOCK(st.st_mode) || st.st_dev != id->dev ||
+	    st.st_ino != id->ino) {
+		kvd_warn("%s is no longer kvd's socket: left in place", path);
+		return;
+	}
+	unlink(path);
 }
 
 /* Each client costs four fds (socket, ring, two eventfds): lift the
@@ -403,6 +501,9 @@ int main(int argc, char **argv)
 		kvd_info("pool size rounded down to a multiple of 2 MiB");
 	d->cfg.pool_bytes -= d->cfg.pool_bytes % KV_PAGE_BYTES;
 
+	/* Before the lock files: refuse a taken path without leaving any. */
+	if (path_kind(sock_path) < 0 || path_kind(admin_path) < 0)
+		goto out;
 	d->lock_fds[0] = lock_path(sock_path);
 	if (d->lock_fds[0] < 0)
 		goto out;
@@ -428,14 +529,12 @@ int main(int argc, char **argv)
 	}
 	if (pool_create(d))
 		goto out;
-	d->listen_fd = listen_on(sock_path, 0666);
+	d->listen_fd = listen_on(sock_path, 0666, &d->sock_id);
 	if (d->listen_fd < 0)
 		goto out;
-	d->socket_bound = true;
-	d->admin_fd = listen_on(admin_path, 0660);
+	d->admin_fd = listen_on(admin_path, 0660, &d->admin_id);
 	if (d->admin_fd < 0)
 		goto out;
-	d->admin_bound = true;
 	if (socket_access(d, sock_path, admin_path))
 		goto out;
 	if (kvd_loop_init(d))
@@ -453,10 +552,8 @@ int main(int argc, char **argv)
 	shutdown_all(d);
 	kvd_info("stopped");
 out:
-	if (d->socket_bound)
-		unlink(sock_path);
-	if (d->admin_bound)
-		unlink(admin_path);
+	unbind_path(sock_path, &d->sock_id);
+	unbind_path(admin_path, &d->admin_id);
 	kvd_extents_destroy(d);
 	kvd_cuda_close(d);
 	free(sock_path);

@@ -150,6 +150,18 @@ void kv_emit_str(struct kv_emit *e, const char *key, const char *l,
 	}
 }
 
+/* JSON true/false; "yes"/"no" in the table. */
+void kv_emit_bool(struct kv_emit *e, const char *key, const char *l, bool v)
+{
+	if (e->json) {
+		json_key(e, key);
+		fputs(v ? "true" : "false", e->f);
+	} else {
+		label(e, l);
+		fprintf(e->f, "%s\n", v ? "yes" : "no");
+	}
+}
+
 void kv_emit_table_begin(struct kv_emit *e, const char *key,
 			 const struct kv_emit_col *cols, int ncols)
 {
@@ -224,6 +236,16 @@ void kv_emit_cell_str(struct kv_emit *e, const char *v)
 		json_string(e->f, v);
 	else
 		fprintf(e->f, "%*s", e->cols[e->col].width, v);
+	cell_end(e);
+}
+
+void kv_emit_cell_bool(struct kv_emit *e, bool v)
+{
+	cell_start(e);
+	if (e->json)
+		fputs(v ? "true" : "false", e->f);
+	else
+		fprintf(e->f, "%*s", e->cols[e->col].width, v ? "yes" : "no");
 	cell_end(e);
 }
 

@@ -45,6 +45,9 @@ void kv_emit_f64(struct kv_emit *e, const char *key, const char *label,
 		 double v);
 void kv_emit_str(struct kv_emit *e, const char *key, const char *label,
 		 const char *v);
+/* A flag: JSON true/false, "yes"/"no" for people. */
+void kv_emit_bool(struct kv_emit *e, const char *key, const char *label,
+		  bool v);
 /* A table: JSON array of objects keyed by cols[].key. */
 void kv_emit_table_begin(struct kv_emit *e, const char *key,
 			 const struct kv_emit_col *cols, int ncols);
@@ -52,6 +55,7 @@ void kv_emit_row_begin(struct kv_emit *e);
 void kv_emit_cell_u64(struct kv_emit *e, uint64_t v);
 void kv_emit_cell_f64(struct kv_emit *e, double v);
 void kv_emit_cell_str(struct kv_emit *e, const char *v);
+void kv_emit_cell_bool(struct kv_emit *e, bool v);
 void kv_emit_row_end(struct kv_emit *e);
 void kv_emit_table_end(struct kv_emit *e);
 

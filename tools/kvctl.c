@@ -10,12 +10,17 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <kv/abi.h>
 
 #include "admin.h"
 #include "emit.h"
+
+#ifndef KV_VERSION
+#define KV_VERSION "0.0"
+#endif
 
 #define ARRAY_LEN(a)	((int)(sizeof(a) / sizeof((a)[0])))
 #define REPLY_MAX	KV_ADMIN_REPLY_MAX
@@ -31,15 +36,24 @@ static const char *dtype_name(uint32_t d)
 	return d < KV_DTYPE__MAX ? names[d] : "?";
 }
 
+/*
+ * The admin socket: --admin-socket, else $KVD_ADMIN_SOCKET, else
+ * kvd-admin.sock beside $KVD_SOCKET (where kvd puts it), else the default.
+ */
 static int admin_path(const char *opt, char *buf, size_t len)
 {
-	const char *e = getenv("KVD_ADMIN_SOCKET"), *xdg;
+	const char *e = getenv("KVD_ADMIN_SOCKET"), *s = getenv("KVD_SOCKET");
+	const char *xdg, *slash;
 	int n;
 
 	if (opt)
 		n = snprintf(buf, len, "%s", opt);
 	else if (e && *e)
 		n = snprintf(buf, len, "%s", e);
+	else if (s && *s)
+		n = snprintf(buf, len, "%.*skvd-admin.sock",
+			     (slash = strrchr(s, '/')) ? (int)(slash - s + 1) : 0,
+			     s);
 	else if (geteuid() == 0 || !(xdg = getenv("XDG_RUNTIME_DIR")) || !*xdg)
 		n = snprintf(buf, len, "/run/kvd/kvd-admin.sock");
 	else
@@ -63,6 +77,19 @@ struct kvctl_reply {
 	const struct kv_admin_status *st;
 	const void	*rec;		/* st->nr_records records */
 };
+
+/* kvd's release (a kvd too old to say: "unknown") and its ABI. */
+static void emit_version(struct kv_emit *e, const struct kv_admin_status *st)
+{
+	char v[32] = "unknown", abi[16];
+
+	if (st->version)
+		snprintf(v, sizeof(v), "%u.%u.%u", st->version >> 16,
+			 (st->version >> 8) & 0xff, st->version & 0xff);
+	snprintf(abi, sizeof(abi), "%u.%u", st->abi_major, st->abi_minor);
+	kv_emit_str(e, "version", "kvd version", v);
+	kv_emit_str(e, "abi", "kvd ABI", abi);
+}
 
 static void emit_pool(struct kv_emit *e, const struct kv_admin_status *st)
 {
@@ -88,6 +115,7 @@ static void emit_pool(struct kv_emit *e, const struct kv_admin_status *st)
 		    st->peak_pages_used);
 	kv_emit_obj_end(e);
 	kv_emit_u64(e, "pid", "kvd pid", st->pid);
+	emit_version(e, st);
 	kv_emit_u64(e, "uptime_ms", "uptime ms", st->uptime_ms);
 	kv_emit_u64(e, "nr_clients", "clients", st->nr_clients);
 	kv_emit_u64(e, "nr_namespaces", "namespaces", st->nr_namespaces);
@@ -245,7 +273,7 @@ static int kvctl_cmd_check(struct kv_emit *e, const struct kvctl_reply *r)
 		bad += c[i].status != 0;
 		kv_emit_row_begin(e);
 		kv_emit_cell_u64(e, c[i].ns_id);
-		kv_emit_cell_str(e, c[i].status ? "no" : "yes");
+		kv_emit_cell_bool(e, !c[i].status);
 		kv_emit_cell_str(e, c[i].status ? why : "-");
 		kv_emit_row_end(e);
 	}
@@ -273,8 +301,8 @@ static int kvctl_cmd_tenants(struct kv_emit *e, const struct kvctl_reply *r)
 		kv_emit_row_begin(e);
 		kv_emit_cell_u64(e, t[i].id);
 		kv_emit_cell_str(e, name);
-		kv_emit_cell_str(e, t[i].configured ? "yes" : "no");
-		kv_emit_cell_str(e, t[i].in_conf ? "yes" : "no");
+		kv_emit_cell_bool(e, t[i].configured);
+		kv_emit_cell_bool(e, t[i].in_conf);
 		kv_emit_cell_u64(e, t[i].nr_clients);
 		kv_emit_cell_u64(e, t[i].pages);
 		kv_emit_cell_u64(e, t[i].min_pages);
@@ -365,6 +393,25 @@ static const char *hint(int err)
 	return "";
 }
 
+/* The reply is a WELCOME: @path is kvd's client socket. */
+static bool is_client_socket(const void *buf, ssize_t n)
+{
+	const struct kv_admin_status *st = buf;
+
+	return n >= 16 && st->magic == KV_MAGIC && st->type == KV_MSG_WELCOME;
+}
+
+/* Why the call to @path failed, on stderr. */
+static void call_failed(const char *path, const void *buf, ssize_t n, int ret)
+{
+	if (ret == -EPROTO && is_client_socket(buf, n))
+		fprintf(stderr, "kvctl: %s is kvd's client socket, not its admin socket (kvd-admin.sock beside it, or see kvd's --admin-socket)\n",
+			path);
+	else
+		fprintf(stderr, "kvctl: %s: %s%s\n", path, strerror(-ret),
+			hint(ret));
+}
+
 /* Check the reply's header and that its records fit what arrived. */
 static int reply_check(const struct kv_admin_status *st, ssize_t n,
 		       size_t rec)
@@ -396,7 +443,7 @@ static int kvctl_cmd_quota(struct kv_emit *e, const struct kvctl_reply *r)
 	if (!ret)
 		emit_ns_quota(e, buf, (void *)((struct kv_admin_status *)buf + 1));
 	else
-		fprintf(stderr, "kvctl: %s: %s\n", path, strerror(-ret));
+		call_failed(path, buf, n, ret);
 	free(buf);
 	return ret ? 1 : 0;
 }
@@ -429,6 +476,7 @@ static int kvctl_cmd_reload(struct kv_emit *e, const struct kvctl_reply *r)
 #define OPT_TREE	1U	/* --tree: it is this row's, and needed */
 #define OPT_NS		2U
 #define OPT_DEPTH	4U
+#define OPT_TIMEOUT	8U
 
 struct kvctl_cmd {
 	const char	*name;
@@ -467,8 +515,67 @@ static const struct kvctl_cmd cmds[] = {
 	{ .name = "evict", .args = "[--ns N]", .opts = OPT_NS,
 	  .code = KV_ADMIN_EVICT, .rec = sizeof(struct kv_admin_prefix),
 	  .run = kvctl_cmd_prefix,
-	  .help = "drop the ref-0 cached blocks of every namespace, or of N" },
+	  .help = "drop the ref-0 cached blocks of every namespace, or of N;\n"
+		  "exit 1 if there is no namespace N" },
+	{ .name = "wait", .args = "[--timeout S]", .opts = OPT_TIMEOUT,
+	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
+	  .help = "wait until kvd answers on the admin socket (at most S\n"
+		  "seconds, default 30); exit 1 if it does not" },
 };
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* kvd is not there yet, or not listening yet: worth asking again. */
+static bool not_up_yet(int err)
+{
+	return err == -ENOENT || err == -ECONNREFUSED || err == -ETIMEDOUT ||
+	       err == -EAGAIN;
+}
+
+/*
+ * kvctl wait: ask @path for kvd's status every 50 ms until it answers
+ * or @timeout_s pass, so that a script can start kvd and then use it.
+ * Any other error (a socket that is not kvd's admin socket, no
+ * permission) ends the wait at once.
+ */
+static int kvctl_wait(struct kv_emit *e, const char *path, uint32_t timeout_s,
+		      void *buf)
+{
+	uint64_t end = now_ms() + (uint64_t)timeout_s * 1000;
+	const struct kv_admin_status *st = buf;
+	ssize_t n;
+	int ret;
+
+	for (;;) {
+		n = kv_admin_call(path, KV_ADMIN_STATUS, 0, 0, buf);
+		ret = n < 0 ? (int)n :
+		      reply_check(st, n, sizeof(struct kv_admin_ns));
+		if (!ret)
+			break;
+		if (!not_up_yet(ret)) {
+			call_failed(path, buf, n, ret);
+			return 1;
+		}
+		if (now_ms() >= end) {
+			fprintf(stderr, "kvctl: kvd did not answer on %s within %u s (last: %s)\n",
+				path, timeout_s, strerror(-ret));
+			return 1;
+		}
+		usleep(50000);
+	}
+	kv_emit_begin(e, stdout, e->json);
+	kv_emit_bool(e, "ready", "ready", true);
+	kv_emit_u64(e, "pid", "kvd pid", st->pid);
+	emit_version(e, st);
+	kv_emit_end(e);
+	return 0;
+}
 
 #define HELP_COL	12	/* where the help lines start */
 
@@ -494,12 +601,14 @@ static void usage_cmd(FILE *f, const struct kvctl_cmd *c)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: kvctl [-a|--admin-socket PATH] [--json] COMMAND [OPTIONS]\n"
+		   "       kvctl --version | --help\n"
 		   "commands:\n");
 	for (int i = 0; i < ARRAY_LEN(cmds); i++)
 		usage_cmd(f, &cmds[i]);
 	fprintf(f,
-"The admin socket defaults to $KVD_ADMIN_SOCKET, else /run/kvd/kvd-admin.sock\n"
-"as root and $XDG_RUNTIME_DIR/kvd-admin.sock otherwise.\n");
+"The admin socket defaults to $KVD_ADMIN_SOCKET, else kvd-admin.sock beside\n"
+"$KVD_SOCKET, else /run/kvd/kvd-admin.sock as root and\n"
+"$XDG_RUNTIME_DIR/kvd-admin.sock otherwise (where kvd puts it).\n");
 }
 
 /*
@@ -524,7 +633,7 @@ static const struct kvctl_cmd *find_cmd(const char *name, unsigned opts)
 		fprintf(stderr, "kvctl: unknown command '%s'\n", name);
 		usage(stderr);
 	} else {
-		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict\n");
+		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait\n");
 	}
 	return NULL;
 }
@@ -537,11 +646,13 @@ int main(int argc, char **argv)
 		{ "tree", no_argument, NULL, 't' },
 		{ "ns", required_argument, NULL, 'n' },
 		{ "depth", required_argument, NULL, 'd' },
+		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ 0 }
 	};
 	const char *opt_path = NULL;
-	uint32_t ns = UINT32_MAX, depth = 3;
+	uint32_t ns = UINT32_MAX, depth = 3, timeout_s = 30;
 	const struct kvctl_cmd *cmd;
 	struct kv_admin_status *st;
 	unsigned given = 0;
@@ -552,7 +663,7 @@ int main(int argc, char **argv)
 	void *buf;
 	int o, ret;
 
-	while ((o = getopt_long(argc, argv, "a:jh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "a:jhV", opts, NULL)) != -1) {
 		switch (o) {
 		case 'a':
 			opt_path = optarg;
@@ -573,8 +684,17 @@ int main(int argc, char **argv)
 				return 2;
 			given |= OPT_DEPTH;
 			break;
+		case 'T':
+			if (parse_u32("--timeout", optarg, &timeout_s))
+				return 2;
+			given |= OPT_TIMEOUT;
+			break;
 		case 'h':
 			usage(stdout);
+			return 0;
+		case 'V':
+			printf("kvctl %s (ABI %u.%u)\n", KV_VERSION, KV_ABI_MAJOR,
+			       KV_ABI_MINOR);
 			return 0;
 		default:
 			usage(stderr);
@@ -599,6 +719,12 @@ int main(int argc, char **argv)
 	buf = calloc(1, REPLY_MAX);
 	if (!buf)
 		return 1;
+	if (cmd->opts & OPT_TIMEOUT) {
+		e.json = json;
+		ret = kvctl_wait(&e, path, timeout_s, buf);
+		free(buf);
+		return ret;
+	}
 	n = kv_admin_call(path, cmd->code, ns, depth, buf);
 	st = buf;
 	ret = n < 0 ? (int)n : reply_check(st, n, cmd->rec);
@@ -612,12 +738,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (ret) {
-		if (ret == -ENOENT && cmd->code == KV_ADMIN_TREE && n > 0)
-			fprintf(stderr, "kvctl: no namespace %u (see kvctl prefix)\n",
+		if (ret == -ENOENT && n > 0 && (cmd->code == KV_ADMIN_TREE ||
+						cmd->code == KV_ADMIN_EVICT))
+			fprintf(stderr, "kvctl: no namespace %u (see kvctl status)\n",
 				ns);
 		else
-			fprintf(stderr, "kvctl: %s: %s%s\n", path,
-				strerror(-ret), hint(ret));
+			call_failed(path, buf, n, ret);
 		free(buf);
 		return 1;
 	}

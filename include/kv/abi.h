@@ -391,8 +391,12 @@ struct kv_admin_status {
 	__u32	export_kind;	/* KV_EXPORT_* */
 	__s32	device;		/* cuda device ordinal, -1 on host */
 	__u64	backed_bytes;	/* pool bytes now backed by memory (extents) */
-	__u64	resv[1];
+	__u32	version;	/* kvd's release, KV_VERSION_CODE(); 0: not said */
+	__u32	resv1;
 };
+
+/* A release x.y.z as one number (struct kv_admin_status version). */
+#define KV_VERSION_CODE(x, y, z)	((__u32)(x) << 16 | (__u32)(y) << 8 | (__u32)(z))
 
 struct kv_admin_ns {
 	__u32	id;
@@ -538,6 +542,7 @@ KV_STATIC_ASSERT(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
 KV_STATIC_ASSERT(sizeof(struct kv_commit) == 40, "kv_commit");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_check) == 128, "kv_admin_check");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_status) == 120, "kv_admin_status");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_tenant) % 8 == 0, "kv_admin_tenant");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_prefix) % 8 == 0, "kv_admin_prefix");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_tree_node) == 40, "kv_admin_tree_node");

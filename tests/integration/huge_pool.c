@@ -3,6 +3,7 @@
  * A pool far larger than RAM (the memfd is sparse): namespace books must
  * be sized without overflow and without touching memory up front, and a
  * geometry with more block ids than kvd keeps books for is refused.
+ * kvd starts it only when told to (--overcommit).
  */
 #include <string.h>
 
@@ -21,7 +22,8 @@ int main(void)
 	char err[160] = "";
 	struct t_kvd k;
 
-	t_kvd_start(&k, "1T", NULL);
+	/* beyond RAM + swap: refused unless meant (first_use.c) */
+	t_kvd_start(&k, "1T", "--overcommit", NULL);
 	p.socket_path = k.sock;
 	p.model_id = "tiny";
 	p.geom = tiny;

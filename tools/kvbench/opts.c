@@ -104,6 +104,7 @@ static const struct kvb_optdef {
 	{ "bench-summary", required_argument, OPT_MODE + KVB_MODE_SUMMARY, OG_MODE },
 	{ "quiet",	  no_argument,	     'q', OG_ANY },
 	{ "help",	  no_argument,	     'h', OG_ANY },
+	{ "version",	  no_argument,	     'V', OG_ANY },
 };
 
 #define NR_OPTDEFS	(sizeof(optdefs) / sizeof(optdefs[0]))
@@ -683,6 +684,11 @@ int kvb_opts_parse(struct kvb_opts *o, int argc, char **argv,
 	while ((opt = getopt_long(argc, argv, shorts, lo, NULL)) != -1) {
 		if (opt == 'h') {
 			kvb_usage(stdout);
+			exit(0);
+		}
+		if (opt == 'V') {
+			printf("kvbench %s (ABI %u.%u)\n", KV_VERSION,
+			       KV_ABI_MAJOR, KV_ABI_MINOR);
 			exit(0);
 		}
 		if (opt == '?' || opt == ':') {

@@ -5,6 +5,7 @@
  * stats after the run, the report and the exit status.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,29 @@ static int final_stats(const struct kvb_opts *o, struct agg *a)
 	return ret;
 }
 
+/*
+ * --json FILE, opened before the run so that a bad path fails at once,
+ * but emptied only when the report is written: a run that never starts
+ * leaves a file it found as it was, and removes only one it made.
+ */
+static FILE *json_open(const char *path, bool *created)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	FILE *f;
+
+	*created = fd >= 0;
+	if (fd < 0 && errno == EEXIST)
+		fd = open(path, O_WRONLY | O_CLOEXEC);
+	f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		fprintf(stderr, "kvbench: --json %s: %s\n", path,
+			strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	}
+	return f;
+}
+
 /* Aggregate, report, and decide the exit status; closes @json. */
 static int finish(const struct kvb_opts *o, struct agg *a, struct child *ch,
 		  FILE *json, bool ok)
@@ -140,6 +164,7 @@ int kvb_fleet_run(struct kvb_opts *o)
 	struct child *ch = NULL;
 	struct agg a = { 0 };
 	struct bench_kvd pk = { 0 };
+	bool json_created = false;
 	FILE *json = NULL;
 	int ret;
 
@@ -161,10 +186,8 @@ int kvb_fleet_run(struct kvb_opts *o)
 			goto out;
 	}
 	if (o->json_path) {
-		json = fopen(o->json_path, "w");
+		json = json_open(o->json_path, &json_created);
 		if (!json) {
-			fprintf(stderr, "kvbench: --json %s: %s\n",
-				o->json_path, strerror(errno));
 			ret = 2;
 			goto out;
 		}
@@ -183,11 +206,16 @@ int kvb_fleet_run(struct kvb_opts *o)
 		if (json) {
 			fclose(json);
 			json = NULL;
-			unlink(o->json_path);
+			if (json_created)
+				unlink(o->json_path);
 		}
 		ret = 1;
 		goto out;
 	}
+	/* a pipe or /dev/stdout cannot be truncated, nor needs to be */
+	if (json && ftruncate(fileno(json), 0) && errno != EINVAL)
+		fprintf(stderr, "kvbench: --json %s: %s\n", o->json_path,
+			strerror(errno));
 	ret = finish(o, &a, ch, json, !ret);
 	json = NULL;
 out:

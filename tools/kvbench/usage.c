@@ -44,6 +44,7 @@ void kvb_usage(FILE *f)
 "      --kvd PATH         the kvd binary it starts (default: beside\n"
 "                         kvbench)\n"
 "  -h, --help\n"
+"  -V, --version          kvbench's version and the ABI it speaks\n"
 "alloc/release benchmark:\n"
 "  -n, --requests N       requests per process, 1..%u (default 2000)\n"
 "      --min-tokens N     shortest request (default 64)\n"
