@@ -41,6 +41,11 @@ struct kvd_backend {
 	 * until they unmap) and close the fd */
 	void		(*ext_destroy)(struct kvd *d, uint32_t e, uint64_t off,
 				       uint64_t len, int fd);
+	/* kvd exits: let go of extent @e without taking its bytes from
+	 * clients that still map it (they keep it until they unmap);
+	 * NULL: ext_destroy already leaves them their mappings */
+	void		(*ext_close)(struct kvd *d, uint32_t e, uint64_t off,
+				     uint64_t len, int fd);
 	/* @n block copies, finished (visible to every client) on return */
 	int		(*copy)(struct kvd *d, const struct kvd_copy *v,
 				uint32_t n);

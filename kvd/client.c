@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * Client lifetime: accept, HELLO -> WELCOME with the ring, eventfds and
- * pool passed by SCM_RIGHTS, then teardown when the control socket closes.
+ * pool passed by SCM_RIGHTS, then teardown when the control socket closes
+ * or the process that connected exits, whichever comes first: a child it
+ * forked may hold a copy of the socket and keep it open for ever.
  *
  * A slot is reused only when no event-loop op names it any more (inflight
  * == 0), so a late completion can never write into a new client's
@@ -9,8 +11,10 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -129,6 +133,37 @@ static void peer_groups(struct kvd_client *c, int fd)
 		c->groups[c->nr_groups++] = g[i];
 }
 
+/*
+ * A pidfd of the process that connected (SO_PEERCRED's pid), readable
+ * once it exits. Taken at accept, while that process is surely alive or
+ * a zombie (it is blocked in, or just past, connect), so the pid cannot
+ * have been reused yet. -1 where the kernel has no pidfd_open (< 5.3) or
+ * the pid is not ours to see (another pid namespace): such a client ends
+ * only when its socket closes.
+ */
+static int pid_watch(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+	long fd;
+
+	if (pid <= 0)
+		return -1;
+	fd = syscall(SYS_pidfd_open, pid, 0);	/* close-on-exec always */
+	return fd < 0 ? -1 : (int)fd;
+#else
+	(void)pid;
+	return -1;
+#endif
+}
+
+static void pid_unwatch(struct kvd_client *c)
+{
+	if (c->pid_watched)
+		close(c->pidfd);
+	c->pid_watched = false;
+	c->pidfd = -1;
+}
+
 void kvd_client_accept(struct kvd *d, int fd)
 {
 	struct kvd_client *c = slot_get(d);
@@ -150,6 +185,8 @@ void kvd_client_accept(struct kvd *d, int fd)
 	c->sock = fd;
 	c->ring_fd = c->sq_evfd = c->cq_evfd = -1;
 	c->pid = cred.pid;
+	c->pidfd = pid_watch(cred.pid);
+	c->pid_watched = c->pidfd >= 0;
 	c->uid = cred.uid;
 	c->gid = cred.gid;
 	c->tenant = -1;
@@ -528,6 +565,7 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 		c->ns = NULL;
 	}
 	kvd_loop_cancel(d, c);
+	pid_unwatch(c);
 	shutdown(c->sock, SHUT_RDWR);
 	close(c->sock);
 	c->sock = -1;
@@ -545,10 +583,60 @@ void kvd_client_kill(struct kvd *d, struct kvd_client *c, const char *why)
 		client_free(c);
 }
 
-/* Periodic: drop clients that never said HELLO. */
+#define PID_BATCH	64
+
+/* Kill the clients of @n watched pids whose process has exited. */
+static void pids_check(struct kvd *d, struct pollfd *pfd,
+		       struct kvd_client **who, unsigned n)
+{
+	if (!n || poll(pfd, n, 0) <= 0)
+		return;
+	for (unsigned i = 0; i < n; i++) {
+		if (!pfd[i].revents)
+			continue;
+		kvd_info("client %u (pid %d): its process exited",
+			 who[i]->id, (int)who[i]->pid);
+		kvd_client_kill(d, who[i], NULL);
+	}
+}
+
+/*
+ * A client whose process exited: its socket is still open (else kvd
+ * would have seen it close), in a child that inherited it. End the
+ * client now, not when that child exits: one poll per tick, no op armed
+ * per client in the event loop.
+ */
+static void clients_pid_tick(struct kvd *d)
+{
+	struct pollfd pfd[PID_BATCH];
+	struct kvd_client *who[PID_BATCH];
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < d->nr_slots; i++) {
+		struct kvd_client *c = &d->clients[i];
+
+		if ((c->state != KVD_CLIENT_HELLO &&
+		     c->state != KVD_CLIENT_LIVE) || !c->pid_watched)
+			continue;
+		pfd[n] = (struct pollfd){ .fd = c->pidfd, .events = POLLIN };
+		who[n++] = c;
+		if (n == PID_BATCH) {
+			pids_check(d, pfd, who, n);
+			n = 0;
+		}
+	}
+	pids_check(d, pfd, who, n);
+}
+
+/*
+ * Periodic: drop clients that never said HELLO or whose process exited,
+ * send extents that did not fit.
+ */
 void kvd_clients_tick(struct kvd *d)
 {
 	uint64_t now = kvd_now_ns();
+
+	clients_pid_tick(d);
 
 	for (uint32_t i = 0; i < d->nr_slots; i++) {
 		struct kvd_client *c = &d->clients[i];

@@ -50,7 +50,9 @@ struct kvd_client {
 	int		ring_fd;
 	int		sq_evfd;	/* doorbell: client -> kvd */
 	int		cq_evfd;	/* wake-up: kvd -> client */
-	pid_t		pid;
+	pid_t		pid;		/* SO_PEERCRED: the process that connected */
+	int		pidfd;		/* watches pid's exit, if pid_watched */
+	bool		pid_watched;
 	uid_t		uid;
 	gid_t		gid;
 	uint32_t	groups[32];	/* SO_PEERGROUPS, for tenant lookup */

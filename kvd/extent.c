@@ -113,13 +113,26 @@ int kvd_extents_create(struct kvd *d, uint64_t extent_bytes)
 	return 0;
 }
 
+/*
+ * kvd_extents_destroy - kvd exits: close every extent. Its memory is not
+ * taken back: clients may still map blocks they held, and must read
+ * their bytes, not zeros, until their next call tells them kvd is gone.
+ */
 void kvd_extents_destroy(struct kvd *d)
 {
 	if (!d->be_live)
 		return;
-	for (uint32_t e = 0; d->ext_fd && e < d->pool.nr_extents; e++)
-		if (d->ext_fd[e] >= 0)
-			ext_unback(d, e);
+	for (uint32_t e = 0; d->ext_fd && e < d->pool.nr_extents; e++) {
+		if (d->ext_fd[e] < 0)
+			continue;
+		if (d->be->ext_close)
+			d->be->ext_close(d, e, ext_off(d, e), ext_len(d, e),
+					 d->ext_fd[e]);
+		else
+			d->be->ext_destroy(d, e, ext_off(d, e),
+					   ext_len(d, e), d->ext_fd[e]);
+		d->ext_fd[e] = -1;
+	}
 	d->be->exit(d);
 	d->be_live = false;
 	free(d->ext_fd);

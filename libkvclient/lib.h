@@ -41,6 +41,9 @@ struct kv_client {
 	bool		woke_kvd;	/* rang the doorbell since the last spin */
 	uint32_t	spin_skips;	/* waits since spinning was turned off */
 	uint64_t	syscalls;	/* system calls made for this client */
+	int64_t		call_timeout_ns; /* sync calls' wait, -1: for ever */
+	uint32_t	sync_orphans;	/* timed-out sync requests still in
+					 * flight: their CQEs are dropped */
 
 	uint32_t	*sq_khead, *sq_ktail, *sq_kflags;
 	uint32_t	sq_head_seen;	/* sq_khead when last read: kvd's line,

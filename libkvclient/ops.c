@@ -2,18 +2,35 @@
 /*
  * Synchronous wrappers: one SQE, one doorbell if kvd sleeps, one CQE.
  * They use the start of the data area, so they refuse (-EBUSY) while
- * asynchronous requests are queued or in flight.
+ * asynchronous requests are queued or in flight. With a call timeout
+ * (kv_connect_params.call_timeout_ms) they give up with -ETIMEDOUT.
  */
 #include <string.h>
 
 #include "lib.h"
 
+/*
+ * Drop the late completions of sync calls that timed out: they are the
+ * oldest ones in the CQ, since a sync call is made only with nothing
+ * else in flight.
+ */
+static void reap_orphans(struct kv_client *c)
+{
+	struct kv_cqe *cqe;
+
+	while (c->sync_orphans && !kv_peek_cqe(c, &cqe)) {
+		kv_cqe_seen(c, cqe);
+		c->sync_orphans--;
+	}
+}
+
 /* May a sync call use the data area now? A dead client says so first:
  * the request kvd never answered still counts as in flight. */
-static int sync_ready(const struct kv_client *c)
+static int sync_ready(struct kv_client *c)
 {
 	if (c->dead)
 		return -ECONNRESET;
+	reap_orphans(c);
 	if (c->inflight || c->sq_tail != c->sq_submitted)
 		return -EBUSY;
 	return 0;
@@ -40,7 +57,11 @@ int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto)
 			c->sq_tail--;
 		return ret;
 	}
-	ret = kv_wait_cqe(c, &cqe);
+	ret = kv_wait_cqe_timeout(c, &cqe, c->call_timeout_ns);
+	if (ret == -ETIME) {
+		c->sync_orphans++;	/* still in flight: dropped later */
+		return -ETIMEDOUT;
+	}
 	if (ret)
 		return ret;
 	ret = cqe->res;

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * kv_connect / kv_disconnect: HELLO, WELCOME with four fds by SCM_RIGHTS,
- * then the ring and the pool mapped into this process.
+ * then the ring and the pool mapped into this process. The handshake has
+ * a deadline (a stopped kvd still accepts into its backlog); every fd is
+ * close-on-exec, and kv_disconnect shuts the socket down, so no copy of
+ * it in a child keeps the connection alive.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +12,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "lib.h"
@@ -21,6 +25,46 @@ static void set_err(const struct kv_connect_params *p, const char *fmt,
 {
 	if (p->errbuf && p->errbuf_len)
 		snprintf(p->errbuf, p->errbuf_len, fmt, arg);
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * Let @fd's blocking calls of @opt (SO_SNDTIMEO: connect and send;
+ * SO_RCVTIMEO: recv) wait until @deadline (ms, CLOCK_MONOTONIC; < 0: for
+ * ever). -ETIMEDOUT when it has passed already.
+ */
+static int sock_deadline(int fd, int opt, int64_t deadline)
+{
+	struct timeval tv = { 0 };
+	int64_t left;
+
+	if (deadline < 0)
+		return 0;
+	left = deadline - now_ms();
+	if (left <= 0)
+		return -ETIMEDOUT;
+	tv.tv_sec = left / 1000;
+	tv.tv_usec = (left % 1000) * 1000;
+	if (setsockopt(fd, SOL_SOCKET, opt, &tv, sizeof(tv)))
+		return -errno;
+	return 0;
+}
+
+/*
+ * -errno of a failed socket call on the (blocking) control socket before
+ * WELCOME: one whose SO_SNDTIMEO / SO_RCVTIMEO ran out says EAGAIN.
+ */
+static int sock_err(void)
+{
+	return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINPROGRESS ?
+	       -ETIMEDOUT : -errno;
 }
 
 static int socket_path(const struct kv_connect_params *p, char *buf,
@@ -40,20 +84,25 @@ static int socket_path(const struct kv_connect_params *p, char *buf,
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-static int dial(const struct kv_connect_params *p)
+/* Connect to kvd's socket, whose path goes to @sa, by @deadline. */
+static int dial(const struct kv_connect_params *p, struct sockaddr_un *sa,
+		int64_t deadline)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd, ret;
 
-	ret = socket_path(p, sa.sun_path, sizeof(sa.sun_path));
+	ret = socket_path(p, sa->sun_path, sizeof(sa->sun_path));
 	if (ret)
 		return ret;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		ret = -errno;
-		set_err(p, "cannot connect to kvd at %s", sa.sun_path);
+	ret = sock_deadline(fd, SO_SNDTIMEO, deadline);
+	if (!ret && connect(fd, (struct sockaddr *)sa, sizeof(*sa)))
+		ret = sock_err();
+	if (ret) {
+		set_err(p, ret == -ETIMEDOUT ?
+			"kvd at %s did not accept the connection in time (backlog full: is it stopped?)" :
+			"cannot connect to kvd at %s", sa->sun_path);
 		close(fd);
 		return ret;
 	}
@@ -76,7 +125,7 @@ static int send_hello(int fd, const struct kv_connect_params *p)
 		memcpy(h.model_rev, p->model_rev, strlen(p->model_rev));
 	h.geom = p->geom;
 	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
-		return -errno;
+		return sock_err();
 	return 0;
 }
 
@@ -112,7 +161,7 @@ static int recv_welcome(int fd, struct kv_welcome *w, int fds[3])
 
 	n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
 	if (n < 0)
-		return -errno;
+		return sock_err();
 	cm = CMSG_FIRSTHDR(&msg);
 	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
 		nfds = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
@@ -247,13 +296,26 @@ static int check_params(const struct kv_connect_params *p)
 		return -EINVAL;
 	if (p->spin_us > KV_MAX_SPIN_US)
 		return -EINVAL;
+	if (p->call_timeout_ms < 0)
+		return -EINVAL;
 	return 0;
+}
+
+/* When the handshake must be done (ms, CLOCK_MONOTONIC), -1: never. */
+static int64_t connect_deadline(const struct kv_connect_params *p)
+{
+	if (p->connect_timeout_ms < 0)
+		return -1;
+	return now_ms() + (p->connect_timeout_ms ? p->connect_timeout_ms :
+			   KV_DEFAULT_CONNECT_TIMEOUT_MS);
 }
 
 int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 {
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kv_welcome w;
 	struct kv_client *c;
+	int64_t deadline;
 	int fds[3], ret;
 
 	if (!out)
@@ -265,7 +327,8 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return -ENOMEM;
-	c->sock = dial(p);
+	deadline = connect_deadline(p);
+	c->sock = dial(p, &sa, deadline);
 	if (c->sock < 0) {
 		ret = c->sock;
 		goto err_free;
@@ -275,7 +338,9 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	if (ret && ret != -EPIPE && ret != -ECONNRESET)
 		goto err_close_sock;
 	memset(&w, 0, sizeof(w));
-	ret = recv_welcome(c->sock, &w, fds);
+	ret = sock_deadline(c->sock, SO_RCVTIMEO, deadline);
+	if (!ret)
+		ret = recv_welcome(c->sock, &w, fds);
 	if (ret) {
 		if (w.magic == KV_MAGIC && w.errmsg[0]) {
 			w.errmsg[sizeof(w.errmsg) - 1] = 0;
@@ -283,6 +348,7 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 		}
 		goto err_close_sock;
 	}
+	/* From here on the socket is only read with MSG_DONTWAIT. */
 	c->ring_fd = fds[0];
 	c->sq_evfd = fds[1];
 	c->cq_evfd = fds[2];
@@ -315,6 +381,8 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->spin_ns = p->spin_us < 0 ? 0 : (uint64_t)(p->spin_us ? p->spin_us :
 				KV_DEFAULT_SPIN_US) * 1000;
 	c->spin_cur_ns = c->spin_ns;
+	c->call_timeout_ns = p->call_timeout_ms ?
+			     (int64_t)p->call_timeout_ms * 1000000 : -1;
 	*out = c;
 	return 0;
 
@@ -324,6 +392,9 @@ err_close_fds:
 	for (int i = 0; i < 3; i++)
 		close(fds[i]);
 err_close_sock:
+	if (ret == -ETIMEDOUT)
+		set_err(p, "kvd at %s accepted the connection but did not answer HELLO in time (is it stopped or wedged?)",
+			sa.sun_path);
 	close(c->sock);
 err_free:
 	free(c);
@@ -339,7 +410,13 @@ int kv_disconnect(struct kv_client *c)
 	close(c->cq_evfd);
 	close(c->sq_evfd);
 	close(c->ring_fd);
-	/* Closing the control socket is what tells kvd we are gone. */
+	/*
+	 * Ending the control socket is what tells kvd we are gone. Shut it
+	 * down first: a child forked since kv_connect holds a copy of it,
+	 * and close alone would leave the connection (and every block it
+	 * holds) alive until that child exits.
+	 */
+	shutdown(c->sock, SHUT_RDWR);
 	close(c->sock);
 	free(c);
 	return 0;

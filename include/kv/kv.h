@@ -48,7 +48,20 @@ struct kv_connect_params {
 	int		spin_us;	/* waiting for a CQE: poll the ring this
 					 * long before sleeping on the eventfd
 					 * (0: KV_DEFAULT_SPIN_US; < 0: never) */
+	/* Fields below were appended; new ones only ever go at the end. */
+	int		connect_timeout_ms; /* kv_connect's whole handshake
+					 * (connect, HELLO, WELCOME), in ms:
+					 * -ETIMEDOUT after it (0:
+					 * KV_DEFAULT_CONNECT_TIMEOUT_MS;
+					 * < 0: wait for ever) */
+	int		call_timeout_ms; /* each synchronous call's wait for
+					 * its completion, in ms: -ETIMEDOUT
+					 * after it (0: no timeout; < 0:
+					 * -EINVAL) */
 };
+
+/* Default connect timeout, in milliseconds. */
+#define KV_DEFAULT_CONNECT_TIMEOUT_MS	10000
 
 /* Default spin window of a waiting client, in microseconds. */
 #define KV_DEFAULT_SPIN_US	50
@@ -78,16 +91,21 @@ struct kv_pool_info {
  * new client (free it with kv_disconnect). Errors: -EINVAL bad
  * parameters; -ENOENT / -ECONNREFUSED no kvd on the socket;
  * -ENAMETOOLONG socket path; -EPROTO ABI mismatch or malformed WELCOME;
- * -ECONNRESET kvd closed the connection; any -errno kvd's HELLO checks
- * give (-EINVAL geometry, -E2BIG block larger than half the pool,
- * -ENOSPC no namespace slot), with kvd's reason in p->errbuf; -ENOMEM.
- * Thread-safe (each call makes its own client).
+ * -ECONNRESET kvd closed the connection; -ETIMEDOUT kvd did not answer
+ * within p->connect_timeout_ms (stopped or wedged); any -errno kvd's
+ * HELLO checks give (-EINVAL geometry, -E2BIG block larger than half the
+ * pool, -ENOSPC no namespace slot), with kvd's reason in p->errbuf;
+ * -ENOMEM. Thread-safe (each call makes its own client). The client
+ * belongs to the process that called kv_connect: kvd ends it when that
+ * process exits, even if a child it forked still holds the socket.
  */
 int kv_connect(const struct kv_connect_params *p, struct kv_client **out);
 
 /*
- * kv_disconnect - unmap, close the control socket and free @c. kvd then
- * releases every block @c still holds. Returns 0, or -EINVAL for NULL.
+ * kv_disconnect - shut down and close the control socket, unmap and free
+ * @c. kvd then releases every block @c still holds, whatever copies of
+ * the socket other processes (forked children) have. Returns 0, or
+ * -EINVAL for NULL.
  */
 int kv_disconnect(struct kv_client *c);
 
@@ -204,7 +222,10 @@ void kv_sqe_set_link(struct kv_sqe *sqe);
  * or nothing; -E2BIG more ids than the data area or the pool can hold);
  * kv_release / kv_ref return @nr (-EPERM an id not held, -EINVAL an id
  * outside the namespace; nothing changes on error); kv_stats and kv_nop
- * return 0. All return -ECONNRESET once kvd is gone.
+ * return 0. All return -ECONNRESET once kvd is gone, and -ETIMEDOUT when
+ * the client has a call_timeout_ms and no answer came within it (the
+ * request stays in flight: its late completion is dropped by the next
+ * synchronous call, which returns -EBUSY until it came).
  */
 int kv_nop(struct kv_client *c);
 int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids);
