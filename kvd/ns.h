@@ -36,7 +36,16 @@ struct kvd_acct {
 	uint32_t	pages;
 	uint32_t	min_pages;
 	uint32_t	max_pages;
+	uint32_t	peak_pages;	/* most held at once (a tenant's kv_stats) */
 };
+
+/* @a takes @n more pages. */
+static inline void kvd_acct_charge(struct kvd_acct *a, uint32_t n)
+{
+	a->pages += n;
+	if (a->pages > a->peak_pages)
+		a->peak_pages = a->pages;
+}
 
 /* What a client holds in its namespace; embedded in struct kvd_client. */
 struct kvd_holder {

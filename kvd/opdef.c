@@ -11,6 +11,7 @@
 #include "client.h"
 #include "daemon.h"
 #include "opdef.h"
+#include "tenant.h"
 
 struct kvd_op_def {
 	const char	*name;
@@ -179,6 +180,31 @@ static int op_cow(struct kvd *d, struct kvd_client *c,
 	return ret;
 }
 
+/*
+ * The pool figures a client sees are its own tenant's, never the pool's:
+ * pool-wide pages, clients and namespaces move with other tenants'
+ * misses and hits, a cross-tenant oracle (they are on the admin socket).
+ * pages_free is what the tenant may still take if nobody else held a
+ * page: the pool less its own pages, within its max_pages.
+ */
+static void tenant_stats(struct kvd *d, const struct kvd_client *c,
+			 struct kv_stats *st)
+{
+	const struct kvd_tenant *t = &d->tenants[c->tenant];
+	uint32_t used = t->acct.pages, max = t->acct.max_pages;
+	uint32_t room = d->pool.nr_pages - used;
+
+	if (max && room > (max > used ? max - used : 0))
+		room = max > used ? max - used : 0;
+	st->pages_used = used;
+	st->pages_free = room;
+	st->peak_pages_used = t->acct.peak_pages;
+	st->nr_clients = t->nr_clients;
+	for (uint32_t i = 0; i < d->cfg.max_namespaces; i++)
+		st->nr_namespaces += d->ns[i].live &&
+				     d->ns[i].tenant == (uint32_t)c->tenant;
+}
+
 static int op_stats(struct kvd *d, struct kvd_client *c,
 		    const struct kv_sqe *sqe)
 {
@@ -191,11 +217,7 @@ static int op_stats(struct kvd *d, struct kvd_client *c,
 		return -EINVAL;
 	st.pool_bytes = d->pool.bytes;
 	st.nr_pages = d->pool.nr_pages;
-	st.pages_used = d->pool.pages_used;
-	st.pages_free = d->pool.nr_pages - d->pool.pages_used;
-	st.peak_pages_used = d->pool.peak_pages_used;
-	st.nr_clients = d->nr_clients;
-	st.nr_namespaces = d->nr_ns;
+	tenant_stats(d, c, &st);
 	st.block_bytes = c->ns->block_bytes;
 	st.ns_slabs = c->ns->nr_slabs;
 	st.ns_blocks = c->ns->nr_blocks;

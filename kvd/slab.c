@@ -143,9 +143,9 @@ int kvd_slab_new(struct kvd_ns *ns)
 	slab->live = true;
 	ns->nr_slabs++;
 	ns->nr_blocks += slab->nr_blocks;
-	ns->acct.pages += ns->slab_pages;
+	kvd_acct_charge(&ns->acct, ns->slab_pages);
 	if (ns->tacct)
-		ns->tacct->pages += ns->slab_pages;
+		kvd_acct_charge(ns->tacct, ns->slab_pages);
 	partial_add(ns, s);
 	return (int)s;
 }

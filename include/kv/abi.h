@@ -296,11 +296,12 @@ struct kv_cqe {
 struct kv_stats {
 	__u64	pool_bytes;
 	__u32	nr_pages;
-	__u32	pages_used;	/* pages in slabs of any namespace */
-	__u32	pages_free;
-	__u32	peak_pages_used;	/* since kvd started */
-	__u32	nr_clients;
-	__u32	nr_namespaces;
+	/* the client's tenant's alone (pool-wide: the admin socket) */
+	__u32	pages_used;	/* pages in slabs of its namespaces */
+	__u32	pages_free;	/* more it may take: pool less its own, max_pages */
+	__u32	peak_pages_used;	/* its most at once */
+	__u32	nr_clients;	/* its clients */
+	__u32	nr_namespaces;	/* its namespaces */
 	__u64	block_bytes;	/* this client's namespace */
 	__u32	ns_slabs;
 	__u32	ns_blocks;	/* blocks in the namespace's slabs */

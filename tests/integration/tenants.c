@@ -5,7 +5,8 @@
  * kvd configured by kvd.conf. Shows tenant isolation (no shared hits,
  * -EPERM on foreign ids, a uid in no tenant refused), quotas (-EDQUOT at
  * a namespace's max, a tenant's min never reclaimed), pages flowing
- * between namespaces as their load alternates, reload, and config errors
+ * between namespaces as their load alternates, kv_stats showing a client
+ * its own tenant's figures only, reload, and config errors
  * reported as file:line. Needs root (to run a process as uid 65534).
  */
 #include <string.h>
@@ -256,6 +257,7 @@ static void flow(struct kv_client *a1)
 int main(void)
 {
 	struct kv_client *a1, *a2;
+	struct kv_stats before, after;
 	struct kv_seq *s;
 	uint32_t t[64];
 	kv_block_t x;
@@ -291,9 +293,11 @@ int main(void)
 	T_EQ(t_connect(&k, "model-b", NULL, &a2), 0);
 
 	/* Pages flow: bob caches 8 pages, then alice needs them. */
+	T_EQ(kv_stats(a1, &before), 0);
 	T_ASSERT(!pipe(go) && !pipe(ready));
 	{
 		pid_t bob = fork();
+		long long alice_pages;
 		char b;
 		int status;
 
@@ -304,11 +308,20 @@ int main(void)
 		}
 		T_EQ(read(ready[0], &b, 1), 1);
 		T_EQ(tenant_pages("bob"), 8);
+		T_EQ(kv_stats(a1, &after), 0);
+		alice_pages = tenant_pages("alice");
 		flow(a1);
 		T_EQ(write(go[1], "g", 1), 1);
 		T_EQ(waitpid(bob, &status, 0), bob);
 		T_ASSERT(WIFEXITED(status));
 		T_EQ(WEXITSTATUS(status), 0);
+		/* bob's 8 pages, client and namespace were not alice's to see */
+		T_EQ(after.pages_used, before.pages_used);
+		T_EQ(after.pages_free, before.pages_free);
+		T_EQ(after.peak_pages_used, before.peak_pages_used);
+		T_EQ(after.nr_clients, 2);		/* a1, a2 */
+		T_EQ(after.nr_namespaces, 2);		/* model-a, model-b */
+		T_EQ(after.pages_used, alice_pages);
 	}
 
 	/* Reload: alice's max up, bob's min gone; clients stay. */

@@ -57,7 +57,12 @@ static int ctx_setup(void **state)
 		return -1;
 	t->d.ns = &t->ns;
 	t->d.nr_ns = 1;
+	t->d.cfg.max_namespaces = 1;
 	t->d.nr_clients = 1;
+	/* one tenant, index 0, whose pages the namespace is charged to */
+	t->ns.tacct = &t->d.tenants[0].acct;
+	t->d.tenants[0].live = true;
+	t->d.tenants[0].nr_clients = 1;
 	t->d.cfg.sq_budget = BUDGET;
 	t->d.scratch = malloc(KV_MAX_DATA_BYTES);
 	if (!t->d.scratch)
@@ -65,6 +70,7 @@ static int ctx_setup(void **state)
 	if (kvd_ring_setup(&t->c, SQ_ENTRIES, DATA_BYTES))
 		return -1;
 	t->c.id = 1;
+	t->c.tenant = 0;
 	t->c.state = KVD_CLIENT_LIVE;
 	t->c.ns = &t->ns;
 	kvd_holder_init(&t->c.holder, 0);
