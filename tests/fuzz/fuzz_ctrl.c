@@ -367,6 +367,16 @@ static void check_reply(const struct kv_admin_req *req, const uint8_t *buf,
 	const struct kv_admin_status *st = (const void *)buf;
 	size_t rec = record_bytes(req->cmd);
 
+	if (n == sizeof(struct kv_welcome) &&
+	    ((const struct kv_welcome *)buf)->type == KV_MSG_WELCOME) {
+		const struct kv_welcome *w = (const void *)buf;
+
+		/* only a client's HELLO at the admin socket: refused, why */
+		if (req->magic != KV_MAGIC || req->type != KV_MSG_HELLO ||
+		    w->status != -EPROTO || !w->errmsg[0])
+			FUZZ_BUG("a WELCOME from the admin socket");
+		return;
+	}
 	if (n < (ssize_t)sizeof(*st))
 		FUZZ_BUG("admin reply of %zd bytes", n);
 	if (st->magic != KV_MAGIC || st->type != KV_MSG_ADMIN_REPLY)
