@@ -228,6 +228,7 @@ static int op_stats(struct kvd *d, struct kvd_client *c,
 	st.ops = c->ops + 1;	/* this one included */
 	st.lookups = c->ns->lookups;
 	st.hit_blocks = c->ns->hit_blocks;
+	st.lookup_blocks = c->ns->lookup_blocks;
 	st.evictions = c->ns->evictions;
 	st.cached_blocks = c->ns->cached_blocks;
 	st.committed_blocks = c->ns->committed_blocks;
