@@ -55,6 +55,8 @@ struct kvd_holder {
 	uint32_t	nr_blocks;	/* distinct blocks */
 	uint32_t	nr_refs;
 	uint32_t	max_refs;	/* most refs it may hold, 0: no limit */
+	uint32_t	quota_why;	/* its last -EDQUOT: KV_QUOTA_* */
+	uint32_t	quota_limit;	/* the limit that refused it */
 };
 
 /*

@@ -320,7 +320,18 @@ struct kv_stats {
 	__u64	lookup_blocks;	/* full-block hashes those looked up:
 				 * hit ratio = hit_blocks / lookup_blocks
 				 * (0 from an older kvd: was resv) */
-	__u64	resv[1];
+	__u32	quota_why;	/* KV_QUOTA_*: the limit behind this
+				 * client's last -EDQUOT (0: none yet) */
+	__u32	quota_limit;	/* that limit: pages, or blocks for
+				 * KV_QUOTA_CLIENT */
+};
+
+/* Which limit refused a request -EDQUOT (struct kv_stats quota_why). */
+enum {
+	KV_QUOTA_NONE		= 0,
+	KV_QUOTA_NAMESPACE	= 1,	/* the namespace's max_pages (kvd.conf) */
+	KV_QUOTA_TENANT		= 2,	/* its tenant's max_pages (kvd.conf) */
+	KV_QUOTA_CLIENT		= 3,	/* max_client_blocks: refs one client holds */
 };
 
 /* Admin socket (kvctl). */
