@@ -157,6 +157,8 @@ static int prefix_books(struct kvd *d, void *buf, bool evict, uint32_t ns_id)
 		r[n].lookups = ns->lookups;
 		r[n].hit_blocks = ns->hit_blocks;
 		r[n].hit_tokens = ns->hit_blocks * ns->geom.block_tokens;
+		r[n].lookup_blocks = ns->lookup_blocks;
+		r[n].lookup_tokens = ns->lookup_blocks * ns->geom.block_tokens;
 		r[n].evictions = ns->evictions;
 		r[n].cached_blocks = ns->cached_blocks;
 		r[n].committed_blocks = ns->committed_blocks;

@@ -72,6 +72,7 @@ struct kvd {
 
 	bool		accept_paused[2];	/* out of fds: re-armed by the tick */
 	struct kvd_ratelimit rl_full, rl_kill, rl_accept, rl_ext;
+	struct kvd_ratelimit rl_quota;	/* -EDQUOT refusals (opdef.c) */
 	uint8_t		sigbuf[128];	/* struct signalfd_siginfo */
 };
 

@@ -187,4 +187,6 @@ void kvd_holder_init(struct kvd_holder *h, uint32_t slot)
 	h->nr_blocks = 0;
 	h->nr_refs = 0;
 	h->max_refs = 0;
+	h->quota_why = 0;
+	h->quota_limit = 0;
 }

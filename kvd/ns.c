@@ -80,6 +80,66 @@ bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
 	       !memcmp(&ns->geom, g, sizeof(*g));
 }
 
+/* ---- prefix-cache counters kept by model key (struct kvd_ns_kept) ---- */
+
+static bool kept_match(const struct kvd_ns_kept *k, const struct kvd_ns *ns)
+{
+	return k->used && k->tenant == ns->tenant &&
+	       !strcmp(k->model_id, ns->model_id) &&
+	       !strcmp(k->model_rev, ns->model_rev) &&
+	       !memcmp(&k->geom, &ns->geom, sizeof(k->geom));
+}
+
+/* The kept record of slot @i of @ns's pool; @ns's own when it has none. */
+static struct kvd_ns_kept *kept_at(struct kvd_ns *ns, uint32_t i)
+{
+	return ns->pool->ns ? &ns->pool->ns[i].kept : &ns->kept;
+}
+
+/* A model coming back takes up its counters where they stopped. */
+static void counters_adopt(struct kvd_ns *ns)
+{
+	uint32_t n = ns->pool->ns ? ns->pool->nr_ns : 1;
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct kvd_ns_kept *k = kept_at(ns, i);
+
+		if (!kept_match(k, ns))
+			continue;
+		ns->lookups = k->lookups;
+		ns->lookup_blocks = k->lookup_blocks;
+		ns->hit_blocks = k->hit_blocks;
+		ns->evictions = k->evictions;
+		memset(k, 0, sizeof(*k));
+		return;
+	}
+}
+
+/*
+ * @ns is freed: keep its counters in its slot's record, else in a free
+ * one of another slot; with none free, its slot's older record goes.
+ */
+static void counters_keep(struct kvd_ns *ns)
+{
+	struct kvd_ns_kept *k = &ns->kept;
+	uint32_t n = ns->pool->ns ? ns->pool->nr_ns : 0;
+
+	if (!ns->lookups && !ns->evictions)
+		return;
+	for (uint32_t i = 0; k->used && i < n; i++)
+		if (!ns->pool->ns[i].kept.used)
+			k = &ns->pool->ns[i].kept;
+	k->used = true;
+	k->tenant = ns->tenant;
+	memcpy(k->model_id, ns->model_id, sizeof(k->model_id));
+	memcpy(k->model_rev, ns->model_rev, sizeof(k->model_rev));
+	k->geom = ns->geom;
+	k->lookups = ns->lookups;
+	k->lookup_blocks = ns->lookup_blocks;
+	k->hit_blocks = ns->hit_blocks;
+	k->evictions = ns->evictions;
+}
+
 /*
  * Slab bytes that hold no block, per million, over the live slabs (or
  * for one slab at pool offset 0 when there is none yet).
@@ -101,9 +161,11 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 		const char *model_id, const char *model_rev,
 		const struct kv_geometry *g, uint32_t tenant, uint64_t seed)
 {
+	struct kvd_ns_kept kept = ns->kept;	/* the slot's, not ours */
 	int ret;
 
 	memset(ns, 0, sizeof(*ns));
+	ns->kept = kept;
 	ns->id = id;
 	ns->tenant = tenant;
 	ns->seed = seed;
@@ -136,6 +198,7 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	ret = kvd_prefix_init(ns);
 	if (ret)
 		goto err_free;
+	counters_adopt(ns);
 	ns->live = true;
 	ns->pool->nr_live_ns++;
 	return 0;
@@ -147,13 +210,19 @@ err_free:
 
 void kvd_ns_exit(struct kvd_ns *ns)
 {
-	if (ns->live)
+	struct kvd_ns_kept kept;
+
+	if (ns->live) {
 		ns->pool->nr_live_ns--;
+		counters_keep(ns);
+	}
+	kept = ns->kept;
 	kvd_slab_exit(ns);
 	free(ns->blocks);
 	kvd_holds_exit(&ns->holds);
 	kvd_prefix_exit(ns);
 	memset(ns, 0, sizeof(*ns));
+	ns->kept = kept;
 }
 
 /* ---- eviction and reclaim ---- */
@@ -551,6 +620,7 @@ int kvd_ns_lookup(struct kvd_ns *ns, struct kvd_holder *hr,
 		return -ENOMEM;
 	h = take_hits(ns, hr, hashes, nr, ids);
 	ns->lookups++;
+	ns->lookup_blocks += nr;
 	ns->hit_blocks += h;
 	return (int)h;
 }
@@ -581,6 +651,7 @@ int kvd_ns_alloc_prefix(struct kvd_ns *ns, struct kvd_holder *hr,
 			goto err_hits;
 	}
 	ns->lookups++;
+	ns->lookup_blocks += n_hashes;
 	ns->hit_blocks += h;
 	return (int)h;
 

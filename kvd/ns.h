@@ -55,6 +55,8 @@ struct kvd_holder {
 	uint32_t	nr_blocks;	/* distinct blocks */
 	uint32_t	nr_refs;
 	uint32_t	max_refs;	/* most refs it may hold, 0: no limit */
+	uint32_t	quota_why;	/* its last -EDQUOT: KV_QUOTA_* */
+	uint32_t	quota_limit;	/* the limit that refused it */
 };
 
 /*
@@ -71,6 +73,25 @@ static inline bool kvd_holder_room(const struct kvd_holder *hr, uint32_t n)
 
 	return (uint64_t)hr->nr_refs + n <= max;
 }
+
+/*
+ * A namespace's prefix-cache counters, by model key (tenant, model id and
+ * revision, geometry), kept when its slot is freed (idle, or taken for
+ * another model) so that a model coming back goes on counting where it
+ * stopped. Each slot keeps one such record besides its live namespace:
+ * at most twice max_namespaces models are remembered.
+ */
+struct kvd_ns_kept {
+	bool		used;
+	uint32_t	tenant;
+	char		model_id[KV_MODEL_ID_MAX];
+	char		model_rev[KV_MODEL_REV_MAX];
+	struct kv_geometry geom;
+	uint64_t	lookups;
+	uint64_t	lookup_blocks;
+	uint64_t	hit_blocks;
+	uint64_t	evictions;
+};
 
 struct kvd_ns {
 	bool		live;
@@ -110,9 +131,13 @@ struct kvd_ns {
 	uint32_t	lru_len;	/* evictable: listed + in the heap */
 	uint32_t	cached_blocks;	/* state CACHED */
 	uint32_t	committed_blocks;
-	uint64_t	lookups;
-	uint64_t	hit_blocks;
+	/* since the model first came (kept across idle frees) */
+	uint64_t	lookups;	/* LOOKUP and ALLOC_PREFIX requests */
+	uint64_t	lookup_blocks;	/* full-block hashes those asked for */
+	uint64_t	hit_blocks;	/* of them, found */
 	uint64_t	evictions;
+	struct kvd_ns_kept kept;	/* the slot's, not this namespace's:
+					 * survives kvd_ns_init and _exit */
 };
 
 /* kvd/ns.c: namespaces and the operations clients send */

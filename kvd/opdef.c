@@ -228,6 +228,9 @@ static int op_stats(struct kvd *d, struct kvd_client *c,
 	st.ops = c->ops + 1;	/* this one included */
 	st.lookups = c->ns->lookups;
 	st.hit_blocks = c->ns->hit_blocks;
+	st.lookup_blocks = c->ns->lookup_blocks;
+	st.quota_why = c->holder.quota_why;
+	st.quota_limit = c->holder.quota_limit;
 	st.evictions = c->ns->evictions;
 	st.cached_blocks = c->ns->cached_blocks;
 	st.committed_blocks = c->ns->committed_blocks;
@@ -251,6 +254,46 @@ static const struct kvd_op_def kvd_op_defs[KV_OP__MAX] = {
 	[KV_OP_COW]	= { .name = "COW",	.elem = 4, .waits = true,
 			    .issue = op_cow },
 };
+
+/*
+ * Which limit refused @sqe -EDQUOT: the client's own (max_client_blocks),
+ * else the namespace's max_pages, else its tenant's; noted for the
+ * client's kv_stats (libkvclient's kv_last_error text) and logged.
+ */
+static void quota_refused(struct kvd *d, struct kvd_client *c,
+			  const struct kvd_op_def *def,
+			  const struct kv_sqe *sqe)
+{
+	static const char *const what[] = {
+		[KV_QUOTA_NONE] = "a quota",
+		[KV_QUOTA_NAMESPACE] = "the namespace's max_pages",
+		[KV_QUOTA_TENANT] = "the tenant's max_pages",
+		[KV_QUOTA_CLIENT] = "max_client_blocks",
+	};
+	const struct kvd_ns *ns = c->ns;
+	struct kvd_holder *hr = &c->holder;
+	const struct kvd_acct *t = ns->tacct;
+
+	hr->quota_why = KV_QUOTA_NONE;
+	hr->quota_limit = 0;
+	if (!kvd_holder_room(hr, sqe->nr)) {
+		hr->quota_why = KV_QUOTA_CLIENT;
+		hr->quota_limit = hr->max_refs;
+	} else if (ns->acct.max_pages &&
+		   ns->acct.pages + ns->slab_pages > ns->acct.max_pages) {
+		hr->quota_why = KV_QUOTA_NAMESPACE;
+		hr->quota_limit = ns->acct.max_pages;
+	} else if (t && t->max_pages &&
+		   t->pages + ns->slab_pages > t->max_pages) {
+		hr->quota_why = KV_QUOTA_TENANT;
+		hr->quota_limit = t->max_pages;
+	}
+	if (kvd_ratelimit(&d->rl_quota))
+		kvd_warn("client %u (pid %d): %s of %u refused (EDQUOT): tenant %s, namespace %u (%s) at %s (%u)",
+			 c->id, (int)c->pid, def->name, sqe->nr,
+			 d->tenants[c->tenant].name, ns->id, ns->model_id,
+			 what[hr->quota_why], hr->quota_limit);
+}
 
 int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 		 const struct kv_sqe *sqe)
@@ -282,5 +325,8 @@ int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 		if (sqe->nr > KV_MAX_IDS)	/* bounds the time one SQE takes */
 			return -E2BIG;
 	}
-	return def->issue(d, c, sqe);
+	ret = def->issue(d, c, sqe);
+	if (ret == -EDQUOT)
+		quota_refused(d, c, def, sqe);
+	return ret;
 }

@@ -27,6 +27,7 @@ struct kv_client {
 	int		kvd_device;	/* kvd's ordinal of it */
 	struct kv_cuda	*cuda;		/* cuda backend state (cuda.c) */
 	char		why[160];	/* the last mapping failure, for errbuf */
+	char		last_error[KV_ERRMSG_MAX]; /* kv_last_error (seq.c) */
 	uint64_t	block_bytes;
 	uint64_t	slab_bytes;
 	uint32_t	max_blocks;

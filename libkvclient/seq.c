@@ -9,8 +9,11 @@
  * block when one fills; full blocks are committed once their KV is
  * written), fork for parallel sampling, close. Commit may deduplicate a
  * block to one already cached: the block table then names the cached
- * block, whose bytes are the same KV by construction of the hash.
+ * block, whose bytes are the same KV by construction of the hash. A call
+ * that fails leaves its reason for kv_last_error(), as kv_connect's
+ * errbuf does: for -EDQUOT, the quota kvd says refused it.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -203,8 +206,9 @@ static int seq_alloc_prompt(struct kv_seq *s)
 	return 0;
 }
 
-int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,
-		const struct kv_extra_keys *extra, struct kv_seq **out)
+static int seq_open(struct kv_client *c, const uint32_t *tokens,
+		    size_t n_tokens, const struct kv_extra_keys *extra,
+		    struct kv_seq **out)
 {
 	struct kv_seq *s;
 	unsigned bt;
@@ -242,9 +246,9 @@ err_free:
 	return ret;
 }
 
-int kv_seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
-		       size_t n_hashes, const uint32_t *tail, size_t n_tail,
-		       struct kv_seq **out)
+static int seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
+			   size_t n_hashes, const uint32_t *tail,
+			   size_t n_tail, struct kv_seq **out)
 {
 	struct kv_seq *s;
 	unsigned bt;
@@ -286,7 +290,7 @@ err_free:
  * Publish every hashed block not yet committed. A block that
  * deduplicates to a cached one is replaced in the block table.
  */
-int kv_seq_commit(struct kv_seq *s)
+static int seq_commit(struct kv_seq *s)
 {
 	static const struct kv_hash root;
 	uint32_t n, i, first;
@@ -320,11 +324,11 @@ int kv_seq_commit(struct kv_seq *s)
 	}
 	free(e);
 	if (!ret && s->nr_committed < s->nr_hashed)
-		return kv_seq_commit(s);
+		return seq_commit(s);
 	return ret;
 }
 
-int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
+static int seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 {
 	unsigned bt;
 	uint32_t need;
@@ -336,7 +340,7 @@ int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 	if (n > (size_t)KV_MAX_IDS * bt)
 		return -E2BIG;
 	/* Blocks filled before this call have their KV written by now. */
-	ret = kv_seq_commit(s);
+	ret = seq_commit(s);
 	if (ret)
 		return ret;
 	need = (uint32_t)((s->len + n + bt - 1) / bt);
@@ -366,7 +370,7 @@ int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 	return 0;
 }
 
-int kv_seq_fork(struct kv_seq *s, struct kv_seq **out)
+static int seq_fork(struct kv_seq *s, struct kv_seq **out)
 {
 	struct kv_client *c;
 	struct kv_seq *f;
@@ -378,7 +382,7 @@ int kv_seq_fork(struct kv_seq *s, struct kv_seq **out)
 		return -EINVAL;
 	c = s->c;
 	/* The child shares full blocks: publish them first. */
-	ret = kv_seq_commit(s);
+	ret = seq_commit(s);
 	if (ret)
 		return ret;
 	f = seq_new(c);
@@ -423,7 +427,7 @@ err_free:
 	return ret;
 }
 
-int kv_seq_close(struct kv_seq *s)
+static int seq_close(struct kv_seq *s)
 {
 	int ret = 0;
 
@@ -433,6 +437,97 @@ int kv_seq_close(struct kv_seq *s)
 		ret = release_ids(s->c, s->blocks, s->nr_blocks);
 	seq_free(s);
 	return ret;
+}
+
+/*
+ * kv_last_error's text for a -EDQUOT: kvd notes which limit refused the
+ * client (kv_stats quota_why), as kv_connect's errbuf gives its reasons.
+ */
+static void quota_text(struct kv_client *c, const char *fn)
+{
+	char *b = c->last_error;
+	size_t n = sizeof(c->last_error);
+	struct kv_stats st;
+
+	if (kv_stats(c, &st))
+		st.quota_why = KV_QUOTA_NONE;
+	switch (st.quota_why) {
+	case KV_QUOTA_NAMESPACE:
+		snprintf(b, n, "%s: namespace quota: the model's max_pages (%u pages) reached (kvd.conf; kvctl quota)",
+			 fn, st.quota_limit);
+		break;
+	case KV_QUOTA_TENANT:
+		snprintf(b, n, "%s: tenant quota: its max_pages (%u pages) reached, %u in use (kvd.conf; kvctl quota)",
+			 fn, st.quota_limit, st.pages_used);
+		break;
+	case KV_QUOTA_CLIENT:
+		snprintf(b, n, "%s: client quota: max_client_blocks (%u references) held; release some",
+			 fn, st.quota_limit);
+		break;
+	default:
+		snprintf(b, n, "%s: %s", fn, strerror(EDQUOT));
+	}
+}
+
+/* @fn returned @ret: where it failed, note why for kv_last_error(). */
+static int seq_failed(struct kv_client *c, const char *fn, int ret)
+{
+	if (ret >= 0 || !c)
+		return ret;
+	if (ret == -EDQUOT)
+		quota_text(c, fn);
+	else if (ret == -ENOSPC)
+		snprintf(c->last_error, sizeof(c->last_error),
+			 "%s: %s: every block of the pool is held, none cached to evict",
+			 fn, strerror(ENOSPC));
+	else
+		snprintf(c->last_error, sizeof(c->last_error), "%s: %s", fn,
+			 strerror(-ret));
+	return ret;
+}
+
+int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,
+		const struct kv_extra_keys *extra, struct kv_seq **out)
+{
+	return seq_failed(c, "kv_seq_open",
+			  seq_open(c, tokens, n_tokens, extra, out));
+}
+
+int kv_seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
+		       size_t n_hashes, const uint32_t *tail, size_t n_tail,
+		       struct kv_seq **out)
+{
+	return seq_failed(c, "kv_seq_open_hashes",
+			  seq_open_hashes(c, hashes, n_hashes, tail, n_tail,
+					  out));
+}
+
+int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
+{
+	return seq_failed(s ? s->c : NULL, "kv_seq_append",
+			  seq_append(s, tokens, n));
+}
+
+int kv_seq_commit(struct kv_seq *s)
+{
+	return seq_failed(s ? s->c : NULL, "kv_seq_commit", seq_commit(s));
+}
+
+int kv_seq_fork(struct kv_seq *s, struct kv_seq **out)
+{
+	return seq_failed(s ? s->c : NULL, "kv_seq_fork", seq_fork(s, out));
+}
+
+int kv_seq_close(struct kv_seq *s)
+{
+	struct kv_client *c = s ? s->c : NULL;
+
+	return seq_failed(c, "kv_seq_close", seq_close(s));
+}
+
+const char *kv_last_error(const struct kv_client *c)
+{
+	return c ? c->last_error : "";
 }
 
 const kv_block_t *kv_seq_block_table(const struct kv_seq *s, uint32_t *nr)

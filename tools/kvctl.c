@@ -133,20 +133,67 @@ static const struct kv_emit_col ns_cols[] = {
 	{ "slabs", "SLABS", 6 },
 	{ "blocks", "BLOCKS", 7 }, { "blocks_used", "USED", 7 },
 	{ "cached_blocks", "CACHED", 7 }, { "blocks_free", "FREE", 7 }, { "max_blocks", "MAX", 8 },
-	{ "clients", "CLIENTS", 7 },
+	{ "clients", "CLIENTS", 7 }, { "lookup_blocks", "LOOKUP_BLK", 10 },
+	{ "hit_blocks", "HIT_BLK", 9 }, { "hit_ratio", "HIT_RATIO", 9 },
 };
+
+/* Hits over blocks looked up, 0 before any lookup. */
+static double hit_ratio(uint64_t hits, uint64_t looked_up)
+{
+	return looked_up ? (double)hits / (double)looked_up : 0;
+}
+
+/*
+ * The prefix counters of the namespaces (a second call, KV_ADMIN_PREFIX:
+ * kv_admin_ns has no room for them); NULL when it fails, the status then
+ * shown with zeros.
+ */
+static struct kv_admin_status *prefix_books(const char *path)
+{
+	struct kv_admin_status *p = calloc(1, REPLY_MAX);
+	ssize_t n;
+
+	if (!p)
+		return NULL;
+	n = kv_admin_call(path, KV_ADMIN_PREFIX, 0, 0, p);
+	if (n >= (ssize_t)sizeof(*p) && p->magic == KV_MAGIC &&
+	    p->type == KV_MSG_ADMIN_REPLY && !p->status &&
+	    p->nr_records <= KV_ADMIN_MAX_RECORDS &&
+	    sizeof(*p) + p->nr_records * sizeof(struct kv_admin_prefix) <=
+	    (size_t)n)
+		return p;
+	free(p);
+	return NULL;
+}
+
+/* Namespace @id's record in @p, or a zeroed one. */
+static struct kv_admin_prefix prefix_of(const struct kv_admin_status *p,
+					uint32_t id)
+{
+	struct kv_admin_prefix none = { 0 };
+	const struct kv_admin_prefix *r;
+
+	if (!p)
+		return none;
+	r = (const void *)(p + 1);
+	for (uint32_t i = 0; i < p->nr_records; i++)
+		if (r[i].ns_id == id)
+			return r[i];
+	return none;
+}
 
 static int kvctl_cmd_status(struct kv_emit *e, const struct kvctl_reply *r)
 {
 	const struct kv_admin_status *st = r->st;
 	const struct kv_admin_ns *ns = r->rec;
+	struct kv_admin_status *books = prefix_books(r->path);
 
 	emit_pool(e, st);
 	kv_emit_table_begin(e, "namespaces", ns_cols, ARRAY_LEN(ns_cols));
 	for (uint32_t i = 0; i < st->nr_records; i++) {
 		char model[KV_MODEL_ID_MAX];
-
 		char raw[KV_MODEL_ID_MAX] = "", rev[KV_MODEL_ID_MAX], tp[24];
+		struct kv_admin_prefix pr;
 
 		printable(model, ns[i].model_id);
 		memcpy(raw, ns[i].model_rev, sizeof(ns[i].model_rev));
@@ -174,15 +221,22 @@ static int kvctl_cmd_status(struct kv_emit *e, const struct kvctl_reply *r)
 		kv_emit_cell_u64(e, ns[i].blocks_free);
 		kv_emit_cell_u64(e, ns[i].max_blocks);
 		kv_emit_cell_u64(e, ns[i].nr_clients);
+		pr = prefix_of(books, ns[i].id);
+		kv_emit_cell_u64(e, pr.lookup_blocks);
+		kv_emit_cell_u64(e, pr.hit_blocks);
+		kv_emit_cell_f64(e, hit_ratio(pr.hit_blocks, pr.lookup_blocks));
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
+	free(books);
 	return 0;
 }
 
 static const struct kv_emit_col prefix_cols[] = {
 	{ "ns", "NS", 3 }, { "model", "MODEL", -20 }, { "lookups", "LOOKUPS", 9 },
+	{ "lookup_blocks", "LOOKUP_BLK", 10 }, { "lookup_tokens", "LOOKUP_TOK", 10 },
 	{ "hit_blocks", "HIT_BLK", 9 }, { "hit_tokens", "HIT_TOK", 10 },
+	{ "hit_ratio", "HIT_RATIO", 9 },
 	{ "evictions", "EVICTED", 9 }, { "cached_blocks", "CACHED", 8 },
 	{ "committed_blocks", "COMMITTED", 9 }, { "blocks_used", "USED", 7 },
 	{ "evicted_now", "DROPPED", 8 },
@@ -204,8 +258,12 @@ static int kvctl_cmd_prefix(struct kv_emit *e, const struct kvctl_reply *r)
 		kv_emit_cell_u64(e, p[i].ns_id);
 		kv_emit_cell_str(e, model);
 		kv_emit_cell_u64(e, p[i].lookups);
+		kv_emit_cell_u64(e, p[i].lookup_blocks);
+		kv_emit_cell_u64(e, p[i].lookup_tokens);
 		kv_emit_cell_u64(e, p[i].hit_blocks);
 		kv_emit_cell_u64(e, p[i].hit_tokens);
+		kv_emit_cell_f64(e, hit_ratio(p[i].hit_blocks,
+					      p[i].lookup_blocks));
 		kv_emit_cell_u64(e, p[i].evictions);
 		kv_emit_cell_u64(e, p[i].cached_blocks);
 		kv_emit_cell_u64(e, p[i].committed_blocks);

@@ -310,13 +310,28 @@ struct kv_stats {
 	__u32	client_blocks;	/* distinct blocks this client holds */
 	__u32	client_refs;	/* references this client holds */
 	__u64	ops;		/* SQEs kvd served for this client */
-	/* prefix cache of the client's namespace (since it was created) */
+	/* prefix cache of the client's model (tenant, model, geometry) since
+	 * it first came, kept while it was away (its namespace freed idle) */
 	__u64	lookups;	/* LOOKUP and ALLOC_PREFIX requests */
 	__u64	hit_blocks;	/* blocks those returned as hits */
 	__u64	evictions;	/* cached blocks dropped to reuse memory */
 	__u32	cached_blocks;	/* committed, ref 0, evictable */
 	__u32	committed_blocks;	/* committed, any ref */
-	__u64	resv[2];
+	__u64	lookup_blocks;	/* full-block hashes those looked up:
+				 * hit ratio = hit_blocks / lookup_blocks
+				 * (0 from an older kvd: was resv) */
+	__u32	quota_why;	/* KV_QUOTA_*: the limit behind this
+				 * client's last -EDQUOT (0: none yet) */
+	__u32	quota_limit;	/* that limit: pages, or blocks for
+				 * KV_QUOTA_CLIENT */
+};
+
+/* Which limit refused a request -EDQUOT (struct kv_stats quota_why). */
+enum {
+	KV_QUOTA_NONE		= 0,
+	KV_QUOTA_NAMESPACE	= 1,	/* the namespace's max_pages (kvd.conf) */
+	KV_QUOTA_TENANT		= 2,	/* its tenant's max_pages (kvd.conf) */
+	KV_QUOTA_CLIENT		= 3,	/* max_client_blocks: refs one client holds */
 };
 
 /* Admin socket (kvctl). */
@@ -439,15 +454,17 @@ struct kv_admin_prefix {
 	__u32	ns_id;
 	__u32	block_tokens;
 	char	model_id[KV_MODEL_ID_MAX];
-	__u64	lookups;
-	__u64	hit_blocks;
-	__u64	hit_tokens;
+	__u64	lookups;	/* counters: since the model first came, */
+	__u64	hit_blocks;	/* kept while its namespace was freed idle */
+	__u64	hit_tokens;	/* hit_blocks * block_tokens */
 	__u64	evictions;
 	__u32	cached_blocks;
 	__u32	committed_blocks;
 	__u32	blocks_used;
 	__u32	evicted_now;	/* KV_ADMIN_EVICT: blocks it dropped */
-	__u64	resv[2];
+	__u64	lookup_blocks;	/* full-block hashes looked up (0 from an
+				 * older kvd: was resv) */
+	__u64	lookup_tokens;	/* lookup_blocks * block_tokens */
 };
 
 /* One committed block of a namespace's prefix tree, in depth-first order. */
@@ -546,6 +563,8 @@ KV_STATIC_ASSERT(sizeof(struct kv_admin_check) == 128, "kv_admin_check");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_status) == 120, "kv_admin_status");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_tenant) % 8 == 0, "kv_admin_tenant");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_prefix) % 8 == 0, "kv_admin_prefix");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_prefix) == 136, "kv_admin_prefix");
+KV_STATIC_ASSERT(sizeof(struct kv_stats) == 120, "kv_stats");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_tree_node) == 40, "kv_admin_tree_node");
 
 #endif /* KV_ABI_H */

@@ -336,7 +336,9 @@ int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr);
  * written by now) is committed. kv_seq_commit(s): commit every full block
  * now (after prefill). kv_seq_fork: a child sharing all blocks (refs),
  * its partial last block copied. kv_seq_close: release everything;
- * committed blocks stay cached. Errors are -errno as for kv_alloc.
+ * committed blocks stay cached. Errors are -errno as for kv_alloc; the
+ * reason, where kvd knows it (which quota, at what limit), is then in
+ * kv_last_error(c).
  */
 struct kv_seq;
 
@@ -352,6 +354,14 @@ int kv_seq_close(struct kv_seq *s);
 const kv_block_t *kv_seq_block_table(const struct kv_seq *s, uint32_t *nr);
 size_t kv_seq_len(const struct kv_seq *s);
 size_t kv_seq_hit_tokens(const struct kv_seq *s);
+
+/*
+ * kv_last_error - why the last kv_seq_* call on @c that failed did: a
+ * line of text such as "kv_seq_append: namespace quota: model m at its
+ * max_pages (2 pages)". "" when none failed yet; valid until the next
+ * kv_seq_* call that fails on @c.
+ */
+const char *kv_last_error(const struct kv_client *c);
 
 #ifdef __cplusplus
 }

@@ -403,8 +403,8 @@ static void test_ring_stats(void **state)
 	assert_true(st.ops == 5);	/* 4 before, this one */
 	assert_true(st.lookups == 0 && st.hit_blocks == 0 && st.evictions == 0);
 	assert_int_equal(st.cached_blocks, 0);
-	for (int i = 0; i < 2; i++)
-		assert_true(st.resv[i] == 0);
+	assert_true(st.lookup_blocks == 0 && st.quota_why == 0 &&
+		    st.quota_limit == 0);
 	/* A larger area is fine: sizeof(st) bytes written, no more. */
 	assert_int_equal(run_op(t, KV_OP_STATS, 1024, 1024), sz);
 	assert_int_equal(t->c.data[1024 + sz], 0xee);
