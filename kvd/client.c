@@ -337,7 +337,7 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 		return NULL;
 	*err = kvd_ns_init(free_ns, &d->pool, (uint32_t)(free_ns - d->ns),
 			   h->model_id, h->model_rev, &h->geom, tenant,
-			   d->tenants[tenant].seed);
+			   &d->tenants[tenant].key);
 	if (*err)
 		return NULL;
 	free_ns->tacct = &d->tenants[tenant].acct;

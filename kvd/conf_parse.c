@@ -14,8 +14,10 @@
  *
  * The first error stops the parse: one "PATH:LINE: why" in the caller's
  * buffer, everything allocated so far freed. Secrets never appear in a
- * message. A reload parses into a fresh struct and swaps it in only on
- * success (tenant.c), so a bad file never half-applies.
+ * message, and no copy of one outlives the parse but the tenant's own
+ * (the line, stdio's buffer and grown arrays are zeroed; kvd_conf_free
+ * zeroes the tenants). A reload parses into a fresh struct and swaps it
+ * in only on success (tenant.c), so a bad file never half-applies.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -344,10 +346,15 @@ static int grow(struct parser *p, void **arr, uint32_t nr, uint32_t *cap,
 
 	if (nr < *cap)
 		return 0;
-	n = realloc(*arr, (size_t)ncap * size);
+	/* Not realloc: the old array (tenants' secrets) is zeroed first. */
+	n = calloc(ncap, size);
 	if (!n)
 		return conf_err_nomem(&p->c);
-	memset((char *)n + (size_t)*cap * size, 0, (size_t)(ncap - *cap) * size);
+	if (*arr) {
+		memcpy(n, *arr, (size_t)*cap * size);
+		explicit_bzero(*arr, (size_t)*cap * size);
+		free(*arr);
+	}
 	*arr = n;
 	*cap = ncap;
 	return 0;
@@ -558,10 +565,11 @@ static int parse_assignment(struct parser *p, char *s)
 		return perr(p, "duplicate key '%s' in %s (first set on line %u)",
 			    key, p->where, p->set_on[i]);
 	ret = parse_value(p, key, skip_blanks(s + 1), val);
-	if (ret)
-		return ret;
-	p->c.name = key;
-	ret = k->set(&p->c, k, val, (char *)sect_base(p) + k->off);
+	if (!ret) {
+		p->c.name = key;
+		ret = k->set(&p->c, k, val, (char *)sect_base(p) + k->off);
+	}
+	explicit_bzero(val, sizeof(val));	/* it may be a secret */
 	if (ret)
 		return ret;
 	p->set_on[i] = p->c.line;
@@ -697,7 +705,7 @@ int kvd_conf_load(const char *path, struct kvd_conf *conf, char *err,
 		       .conf = conf },
 		.where = "global section",
 	};
-	char buf[KVD_CONF_LINE_MAX + 1], eb[64];
+	char buf[KVD_CONF_LINE_MAX + 1], eb[64], iobuf[BUFSIZ];
 	FILE *f;
 	int ret;
 
@@ -713,6 +721,8 @@ int kvd_conf_load(const char *path, struct kvd_conf *conf, char *err,
 				 strerror_r(-ret, eb, sizeof(eb)));
 		return ret;
 	}
+	/* stdio's buffer on the stack, zeroed with the line: secrets */
+	setvbuf(f, iobuf, _IOFBF, sizeof(iobuf));
 	enter_section(&p, SECT_GLOBAL, kvd_keys, KVD_NR_KEYS);
 	while ((ret = read_line(&p, f, buf)) > 0) {
 		ret = parse_line(&p, buf);
@@ -722,6 +732,8 @@ int kvd_conf_load(const char *path, struct kvd_conf *conf, char *err,
 	if (!ret)
 		ret = file_end(&p);
 	fclose(f);
+	explicit_bzero(iobuf, sizeof(iobuf));
+	explicit_bzero(buf, sizeof(buf));
 	if (ret)
 		kvd_conf_free(conf);
 	return ret;

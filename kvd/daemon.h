@@ -68,7 +68,8 @@ struct kvd {
 	uint32_t	nr_ns;
 	struct kvd_admin_conn adm[KVD_MAX_ADMIN];
 	void		*scratch;	/* private copies of request arrays */
-	uint64_t	secret;		/* random per start: tenant keys */
+	/* random per start: the keys of per-uid tenants */
+	uint8_t		secret[KVD_SECRET_BYTES];
 
 	bool		accept_paused[2];	/* out of fds: re-armed by the tick */
 	struct kvd_ratelimit rl_full, rl_kill, rl_accept, rl_ext;

@@ -359,6 +359,7 @@ static void shutdown_all(struct kvd *d)
 	for (uint32_t i = 0; d->ns && i < d->cfg.max_namespaces; i++)
 		if (d->ns[i].live)
 			kvd_ns_exit(&d->ns[i]);
+	kvd_tenants_exit(d);
 }
 
 /*

@@ -159,7 +159,8 @@ uint32_t kvd_ns_waste_ppm(const struct kvd_ns *ns)
 
 int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 		const char *model_id, const char *model_rev,
-		const struct kv_geometry *g, uint32_t tenant, uint64_t seed)
+		const struct kv_geometry *g, uint32_t tenant,
+		const struct kvd_tenant_key *key)
 {
 	struct kvd_ns_kept kept = ns->kept;	/* the slot's, not ours */
 	int ret;
@@ -168,7 +169,7 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	ns->kept = kept;
 	ns->id = id;
 	ns->tenant = tenant;
-	ns->seed = seed;
+	ns->key = *key;
 	ns->pool = pool;
 	ns->geom = *g;
 	snprintf(ns->model_id, sizeof(ns->model_id), "%s", model_id);

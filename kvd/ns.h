@@ -93,6 +93,17 @@ struct kvd_ns_kept {
 	uint64_t	evictions;
 };
 
+/*
+ * The key of a tenant's cache index: an XXH3 secret of the default size
+ * (XXH3_SECRET_DEFAULT_SIZE, at least XXH3_SECRET_SIZE_MIN), derived by
+ * kvd/tenant.c from the tenant's whole secret. Key material: it never
+ * leaves kvd, and is zeroed when dropped.
+ */
+#define KVD_TENANT_KEY_BYTES	192
+struct kvd_tenant_key {
+	uint8_t		b[KVD_TENANT_KEY_BYTES];
+};
+
 struct kvd_ns {
 	bool		live;
 	uint32_t	id;
@@ -121,7 +132,7 @@ struct kvd_ns {
 
 	/* prefix cache (kvd/prefix.c) */
 	uint32_t	tenant;
-	uint64_t	seed;		/* per-tenant secret mixed into keys */
+	struct kvd_tenant_key key;	/* its tenant's, mixed into keys */
 	uint32_t	*index;		/* [mask + 1] buckets: id + 1, 0 empty */
 	uint32_t	index_mask;
 	uint32_t	lru_head;	/* list by tick: head the oldest */
@@ -145,7 +156,8 @@ int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		       const char **why);
 int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 		const char *model_id, const char *model_rev,
-		const struct kv_geometry *g, uint32_t tenant, uint64_t seed);
+		const struct kv_geometry *g, uint32_t tenant,
+		const struct kvd_tenant_key *key);
 void kvd_ns_exit(struct kvd_ns *ns);
 bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
 		  const char *model_rev, const struct kv_geometry *g,

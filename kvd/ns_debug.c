@@ -14,8 +14,9 @@
 /*
  * kvd_prefix_tree - the committed blocks of @ns as a forest, depth first,
  * roots first, at most @max nodes down to @depth (0 = roots only). For
- * kvctl: O(blocks in slabs), with temporary child lists. Returns the
- * number of nodes written, or -ENOMEM.
+ * kvctl: O(blocks in slabs), with temporary child lists. A node carries
+ * no key bytes (its hash is zero). Returns the number of nodes written,
+ * or -ENOMEM.
  */
 int kvd_prefix_tree(struct kvd_ns *ns, struct kv_admin_tree_node *out,
 		    uint32_t max, uint32_t depth)
@@ -92,7 +93,10 @@ int kvd_prefix_tree(struct kvd_ns *ns, struct kv_admin_tree_node *out,
 			out[n++] = (struct kv_admin_tree_node){
 				.id = id, .parent = b->parent, .depth = dep,
 				.ref = b->ref, .children = b->nr_children,
-				.subtree = sub[id], .hash = b->key,
+				.subtree = sub[id],
+				/* .hash stays zero: b->key mixes the
+				 * tenant key, and kvd keeps no copy of
+				 * the client's hash */
 			};
 			if (dep >= depth)
 				continue;

@@ -67,7 +67,8 @@ struct kvd_block {
 	uint64_t	tick;		/* pool clock when last released:
 					 * its place in the LRU */
 	uint32_t	hnext;		/* index chain: id + 1, 0 ends */
-	struct kv_hash	key;		/* index key (tenant secret mixed in) */
+	struct kv_hash	key;		/* index key (tenant key mixed
+					 * in): never shown outside kvd */
 	uint8_t		state;		/* enum kvd_block_state */
 	bool		committed;
 	bool		on_lru;
@@ -98,6 +99,8 @@ struct kvd_hold {
 /* kvd/prefix.c: (namespace, hash) -> committed block, and the LRU */
 int kvd_prefix_init(struct kvd_ns *ns);
 void kvd_prefix_exit(struct kvd_ns *ns);
+struct kv_hash kvd_key_hash(const struct kvd_tenant_key *k,
+			    const struct kv_hash *h);
 struct kv_hash kvd_prefix_key(const struct kvd_ns *ns, const struct kv_hash *h);
 uint32_t kvd_prefix_find(const struct kvd_ns *ns, const struct kv_hash *key);
 uint32_t kvd_prefix_match(struct kvd_ns *ns, const struct kv_hash *hashes,

@@ -5,9 +5,11 @@
  * the index and the LRU in the blocks' books and knows nothing of holds
  * or slabs; what it evicts it returns, and ns.c reuses or frees it.
  *
- * Keys. A client's block hash is mixed with the namespace's tenant secret
- * (XXH3-128 with the secret as seed) before it is used as a key, so two
- * tenants never hit each other's blocks, even for equal prompts; and the
+ * Keys. A client's block hash is mixed with the namespace's tenant key
+ * (XXH3-128 keyed with a 192-byte secret derived from the tenant's whole
+ * secret: kvd/tenant.c) before it is used as a key, so two tenants never
+ * hit each other's blocks, even for equal prompts, nor can a client aim
+ * its hashes at one bucket of the index; and the
  * index is per namespace, so a block committed under one model id or
  * geometry is never hit under another.
  *
@@ -30,9 +32,13 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#define XXH_STATIC_LINKING_ONLY	/* XXH3_SECRET_SIZE_MIN */
 #include <xxhash.h>
 
 #include "ns_internal.h"
+
+_Static_assert(KVD_TENANT_KEY_BYTES >= XXH3_SECRET_SIZE_MIN,
+	       "XXH3_128bits_withSecret needs XXH3_SECRET_SIZE_MIN bytes");
 
 int kvd_prefix_init(struct kvd_ns *ns)
 {
@@ -58,16 +64,25 @@ void kvd_prefix_exit(struct kvd_ns *ns)
 	free(ns->lru_heap);
 	ns->index = NULL;
 	ns->lru_heap = NULL;
+	explicit_bzero(&ns->key, sizeof(ns->key));
 }
 
-/* The index key of client hash @h: mixed with the tenant secret. */
+/* The index key of client hash @h under tenant key @k. */
+struct kv_hash kvd_key_hash(const struct kvd_tenant_key *k,
+			    const struct kv_hash *h)
+{
+	XXH128_hash_t x = XXH3_128bits_withSecret(h->b, sizeof(h->b),
+						  k->b, sizeof(k->b));
+	struct kv_hash key;
+
+	XXH128_canonicalFromHash((XXH128_canonical_t *)key.b, x);
+	return key;
+}
+
+/* The index key of client hash @h: mixed with the tenant key. */
 struct kv_hash kvd_prefix_key(const struct kvd_ns *ns, const struct kv_hash *h)
 {
-	XXH128_hash_t x = XXH3_128bits_withSeed(h->b, sizeof(h->b), ns->seed);
-	struct kv_hash k;
-
-	XXH128_canonicalFromHash((XXH128_canonical_t *)k.b, x);
-	return k;
+	return kvd_key_hash(&ns->key, h);
 }
 
 static bool is_root(const struct kv_hash *h)

@@ -7,11 +7,15 @@
  * (SO_PEERCRED uid and gid, SO_PEERGROUPS), never from what it claims,
  * and a peer in no tenant is refused. The tenant's secret comes from the
  * file, so its cache keys are stable across restarts. Without tenants,
- * every uid is a tenant of its own, keyed by a secret drawn at start.
+ * every uid is a tenant of its own, keyed by kvd's 32-byte secret drawn
+ * at start and the uid. Either way the whole secret goes into the key
+ * (kvd_key_derive), which lives in the tenant and its namespaces only
+ * and is zeroed when dropped.
  */
 #include <errno.h>
 #include <string.h>
 #include <stdio.h>
+#define XXH_STATIC_LINKING_ONLY	/* XXH3_generateSecret */
 #include <xxhash.h>
 
 #include "daemon.h"
@@ -34,11 +38,35 @@ static struct kvd_tenant *tenant_named(struct kvd *d, const char *name)
 	return NULL;
 }
 
+/*
+ * kvd_key_derive - the index key @k of a tenant from the @len bytes of
+ * its @secret: XXH3_generateSecret (libxxhash >= 0.8.1), which spreads
+ * every byte of @secret over all KVD_TENANT_KEY_BYTES of the key, the
+ * key of XXH3_128bits_withSecret (kvd/prefix.c). It fails only for a key
+ * shorter than XXH3_SECRET_SIZE_MIN, which prefix.c rules out at build.
+ */
+void kvd_key_derive(struct kvd_tenant_key *k, const void *secret,
+		    size_t len)
+{
+	(void)XXH3_generateSecret(k->b, sizeof(k->b), secret, len);
+}
+
+/* The key of the per-uid tenant of @uid: kvd's whole secret and @uid. */
+static void uid_key(struct kvd *d, struct kvd_tenant *t, uint32_t uid)
+{
+	uint8_t in[KVD_SECRET_BYTES + sizeof(uid)];
+
+	memcpy(in, d->secret, KVD_SECRET_BYTES);
+	memcpy(in + KVD_SECRET_BYTES, &uid, sizeof(uid));
+	kvd_key_derive(&t->key, in, sizeof(in));
+	explicit_bzero(in, sizeof(in));
+}
+
 static void tenant_set(struct kvd_tenant *t, const struct kvd_tenant_conf *tc)
 {
 	t->configured = true;
 	snprintf(t->name, sizeof(t->name), "%s", tc->name);
-	t->seed = XXH3_64bits(tc->secret, tc->secret_len);
+	kvd_key_derive(&t->key, tc->secret, tc->secret_len);
 	t->acct.min_pages = tc->min_pages;
 	t->acct.max_pages = tc->max_pages;
 }
@@ -121,8 +149,15 @@ int kvd_tenant_of(struct kvd *d, uint32_t uid, uint32_t gid,
 	t->id = (uint32_t)(t - d->tenants);
 	t->uid = uid;
 	snprintf(t->name, sizeof(t->name), "uid:%u", uid);
-	t->seed = XXH3_64bits_withSeed(&uid, sizeof(uid), d->secret);
+	uid_key(d, t, uid);
 	return (int)t->id;
+}
+
+/* At exit: no key outlives kvd in its memory. */
+void kvd_tenants_exit(struct kvd *d)
+{
+	explicit_bzero(d->tenants, sizeof(d->tenants));
+	explicit_bzero(d->secret, sizeof(d->secret));
 }
 
 /*

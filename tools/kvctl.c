@@ -278,7 +278,7 @@ static int kvctl_cmd_prefix(struct kv_emit *e, const struct kvctl_reply *r)
 static const struct kv_emit_col tree_cols[] = {
 	{ "node", "NODE", -30 }, { "id", "BLOCK", 9 }, { "depth", "DEPTH", 5 },
 	{ "ref", "REF", 5 }, { "children", "CHILDREN", 8 },
-	{ "subtree", "SUBTREE", 8 }, { "key", "KEY", -16 },
+	{ "subtree", "SUBTREE", 8 },
 };
 
 static int kvctl_cmd_prefix_tree(struct kv_emit *e,
@@ -286,7 +286,7 @@ static int kvctl_cmd_prefix_tree(struct kv_emit *e,
 {
 	const struct kv_admin_status *st = r->st;
 	const struct kv_admin_tree_node *t = r->rec;
-	char indent[48], key[17];
+	char indent[48];
 
 	kv_emit_table_begin(e, "tree", tree_cols, ARRAY_LEN(tree_cols));
 	for (uint32_t i = 0; i < st->nr_records; i++) {
@@ -295,8 +295,6 @@ static int kvctl_cmd_prefix_tree(struct kv_emit *e,
 		memset(indent, ' ', 2 * d);
 		snprintf(indent + 2 * d, sizeof(indent) - 2 * d, "%s",
 			 t[i].ref ? "+ held" : "- cached");
-		for (int b = 0; b < 8; b++)
-			snprintf(key + 2 * b, 3, "%02x", t[i].hash.b[b]);
 		kv_emit_row_begin(e);
 		kv_emit_cell_str(e, indent);
 		kv_emit_cell_u64(e, t[i].id);
@@ -304,7 +302,6 @@ static int kvctl_cmd_prefix_tree(struct kv_emit *e,
 		kv_emit_cell_u64(e, t[i].ref);
 		kv_emit_cell_u64(e, t[i].children);
 		kv_emit_cell_u64(e, t[i].subtree);
-		kv_emit_cell_str(e, key);
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);

@@ -475,7 +475,8 @@ struct kv_admin_tree_node {
 	__u32	ref;		/* 0: cached, evictable when a leaf */
 	__u32	children;	/* committed children */
 	__u32	subtree;	/* committed blocks below it, itself included */
-	struct kv_hash hash;
+	struct kv_hash hash;	/* zero: kvd shows no index key (they mix
+				 * the tenant's key in) */
 };
 
 #define KV_ADMIN_MAX_RECORDS	1024	/* = the most clients or namespaces */

@@ -115,7 +115,7 @@ static void ns_up(unsigned i, const char *model, const char *rev,
 	struct kvd_ns *ns = &d.ns[i];
 
 	if (kvd_ns_init(ns, &d.pool, i, model, rev, g, tenant,
-			d.tenants[tenant].seed))
+			&d.tenants[tenant].key))
 		FUZZ_BUG("namespace %s: init failed", model);
 	ns->tacct = &d.tenants[tenant].acct;
 	d.nr_ns++;
@@ -230,7 +230,7 @@ static struct kvd_ns *ns_for(const struct kv_hello *h, unsigned tenant,
 		FUZZ_BUG("no free namespace slot");
 	ret = kvd_ns_init(free_ns, &d.pool, (uint32_t)(free_ns - d.ns),
 			  h->model_id, h->model_rev, &h->geom, tenant,
-			  d.tenants[tenant].seed);
+			  &d.tenants[tenant].key);
 	if (ret == -ENOMEM)
 		return NULL;
 	if (ret)

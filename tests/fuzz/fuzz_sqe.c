@@ -179,8 +179,10 @@ static void setup(uint8_t cfg)
 	d.pool.ns = ns;
 	d.pool.nr_ns = NR_NS;
 	for (unsigned i = 0; i < NR_NS; i++) {
+		struct kvd_tenant_key key = { { (uint8_t)i } };
+
 		if (kvd_ns_init(&ns[i], &d.pool, i, models[i], "", &geoms[i], i,
-				0x5eed0000 + i))
+				&key))
 			FUZZ_BUG("kvd_ns_init %u failed", i);
 		memset(&tacct[i], 0, sizeof(tacct[i]));
 		ns[i].tacct = &tacct[i];

@@ -244,6 +244,7 @@ static void eviction(void)
 	struct t_kvd small;
 	struct kv_client *c;
 	kv_block_t ids[4], x[4];
+	char *js;
 
 	t_kvd_start(&small, "4M", NULL);
 	T_EQ(t_connect(&small, "m", &g, &c), 0);
@@ -256,6 +257,13 @@ static void eviction(void)
 	T_EQ(kv_commit(c, e, 3), 3);
 	e[0] = (struct kv_commit){ .id = ids[3], .hash = b0 };
 	T_EQ(kv_commit(c, e, 1), 1);
+	/* The tree shows the blocks but no key bytes (they mix the
+	 * tenant's key into the hashes). */
+	js = t_kvctl(&small, "prefix --tree --depth 3");
+	T_ASSERT(t_json_int(js, "subtree") > 0);	/* nodes shown */
+	if (strstr(js, "\"key\""))
+		T_FAIL("kvctl prefix --tree shows key bytes: %s", js);
+	free(js);
 	T_EQ(kv_release(c, ids, 3), 3);		/* chain a: a2 is the leaf */
 	T_EQ(kv_release(c, ids + 3, 1), 1);	/* then b0 */
 	T_EQ(stats(c).cached_blocks, 4);

@@ -154,7 +154,8 @@ static void test_ns_init_too_big(void **state)
 
 	/* A 10 MiB slab cannot come out of a 4-page pool. */
 	assert_int_equal(kvd_pool_init(&t->pool, 4), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g_5m, 0, 1), -E2BIG);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g_5m, 0,
+				     &t_key), -E2BIG);
 	assert_false(t->ns.live);
 }
 
@@ -250,8 +251,8 @@ static void test_ns_odd_geometry_any_start(void **state)
 		if (first)
 			assert_int_equal(kvd_pool_alloc_run(&t->pool, first, 1),
 					 0);
-		assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g_odd, 0, 1),
-				 0);
+		assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "",
+					     &g_odd, 0, &t_key), 0);
 		assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], &id, 1), 1);
 		sl = &t->ns.slabs[t->ns.blocks[id].slab];
 		assert_int_equal(sl->first_page, first);

@@ -65,10 +65,14 @@ static inline int ctx_teardown(void **state)
 	return 0;
 }
 
+/* A tenant key for the tests: any bytes do. */
+static const struct kvd_tenant_key t_key = { { 1 } };
+
 static inline void ns_up(struct ctx *t, uint32_t pages, const struct kv_geometry *g)
 {
 	assert_int_equal(kvd_pool_init(&t->pool, pages), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "model", "", g, 0, 1), 0);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "model", "", g, 0,
+				     &t_key), 0);
 }
 
 /* What a prefix hit will do: @to takes one more ref on held block @id. */

@@ -33,11 +33,13 @@ static const struct kv_geometry g1m = {
 
 static struct ctx *ctx_new(uint32_t pages)
 {
+	static const struct kvd_tenant_key key = { { 42 } };
 	struct ctx *t = calloc(1, sizeof(*t));
 
 	assert_non_null(t);
 	assert_int_equal(kvd_pool_init(&t->pool, pages), 0);
-	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g1m, 7, 42), 0);
+	assert_int_equal(kvd_ns_init(&t->ns, &t->pool, 0, "m", "", &g1m, 7,
+				     &key), 0);
 	for (int i = 0; i < NR_HOLDERS; i++)
 		kvd_holder_init(&t->h[i], (uint32_t)i);
 	return t;
@@ -738,6 +740,32 @@ static uint32_t v_request(struct vpool *v, const uint32_t *hs, uint32_t n,
 	return h;
 }
 
+/*
+ * The tree dump (kvctl prefix --tree) carries no key bytes: an index key
+ * is the client's hash mixed with the tenant secret, and pairs of both
+ * would help to recover the secret. The field stays, zeroed.
+ */
+static void test_prefix_tree_no_key_bytes(void **state)
+{
+	static const struct kv_hash zero;
+	struct ctx *t = ctx_new(4);
+	struct kv_admin_tree_node node[4];
+	uint32_t ids[3];
+
+	(void)state;
+	assert_int_equal(kvd_ns_alloc(&t->ns, &t->h[0], ids, 3), 3);
+	commit_chain(t, 0, ids, 3, 10);
+	assert_int_equal(kvd_prefix_tree(&t->ns, node, 4, 8), 3);
+	for (int i = 0; i < 3; i++) {
+		struct kv_hash h = H(10 + (uint32_t)node[i].depth);
+		struct kv_hash key = kvd_prefix_key(&t->ns, &h);
+
+		assert_memory_not_equal(&node[i].hash, &key, sizeof(key));
+		assert_memory_equal(&node[i].hash, &zero, sizeof(zero));
+	}
+	ctx_free(t);
+}
+
 /* free_blocks(reversed(blocks)) */
 static void v_free(struct vpool *v, const uint32_t *ids, uint32_t n)
 {
@@ -844,6 +872,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_failed_alloc_puts_back),
 		cmocka_unit_test(test_prefix_failed_requests_change_nothing),
 		cmocka_unit_test(test_prefix_hits_as_vllm),
+		cmocka_unit_test(test_prefix_tree_no_key_bytes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -42,6 +42,9 @@ struct ctx {
 	uint32_t	freed;		/* of fill_ns's blocks, from the end */
 };
 
+/* A tenant key for the tests: any bytes do. */
+static const struct kvd_tenant_key t_key = { { 1 } };
+
 static int ctx_setup(void **state)
 {
 	struct ctx *t = calloc(1, sizeof(*t));
@@ -53,7 +56,7 @@ static int ctx_setup(void **state)
 	t->c.cq_evfd = -1;
 	if (kvd_pool_init(&t->d.pool, POOL_PAGES))
 		return -1;
-	if (kvd_ns_init(&t->ns, &t->d.pool, 0, "model", "", &geom, 0, 1))
+	if (kvd_ns_init(&t->ns, &t->d.pool, 0, "model", "", &geom, 0, &t_key))
 		return -1;
 	t->d.ns = &t->ns;
 	t->d.nr_ns = 1;
