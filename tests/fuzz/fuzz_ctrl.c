@@ -345,6 +345,7 @@ static size_t record_bytes(uint32_t cmd)
 	case KV_ADMIN_STATUS:
 		return sizeof(struct kv_admin_ns);
 	case KV_ADMIN_CLIENTS:
+	case KV_ADMIN_DISCONNECT:
 		return sizeof(struct kv_admin_client);
 	case KV_ADMIN_PREFIX:
 	case KV_ADMIN_EVICT:
@@ -372,7 +373,8 @@ static void check_reply(const struct kv_admin_req *req, const uint8_t *buf,
 	if (st->magic != KV_MAGIC || st->type != KV_MSG_ADMIN_REPLY)
 		FUZZ_BUG("admin reply header");
 	if (st->status && st->status != -EOPNOTSUPP && st->status != -EPROTO &&
-	    req->cmd != KV_ADMIN_RELOAD && req->cmd != KV_ADMIN_TREE)
+	    req->cmd != KV_ADMIN_RELOAD && req->cmd != KV_ADMIN_TREE &&
+	    req->cmd != KV_ADMIN_DISCONNECT)
 		FUZZ_BUG("admin cmd %u: status %d", req->cmd, st->status);
 	if (st->status && req->cmd != KV_ADMIN_RELOAD && st->nr_records)
 		FUZZ_BUG("admin: %u records with status %d", st->nr_records,
