@@ -108,6 +108,21 @@ static int fill_ns(struct kvd *d, const struct kv_admin_req *req,
 	return n;
 }
 
+static void client_record(const struct kvd_client *c,
+			  struct kv_admin_client *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->id = c->id;
+	r->pid = (uint32_t)c->pid;
+	r->uid = c->uid;
+	r->gid = c->gid;
+	r->ns_id = c->ns->id;
+	r->blocks = c->holder.nr_blocks;
+	r->refs = c->holder.nr_refs;
+	r->sq_entries = c->sq_entries;
+	r->ops = c->ops;
+}
+
 static int fill_clients(struct kvd *d, const struct kv_admin_req *req,
 			struct kv_admin_status *st, void *buf)
 {
@@ -120,19 +135,37 @@ static int fill_clients(struct kvd *d, const struct kv_admin_req *req,
 
 		if (c->state != KVD_CLIENT_LIVE)
 			continue;
-		memset(&r[n], 0, sizeof(r[n]));
-		r[n].id = c->id;
-		r[n].pid = (uint32_t)c->pid;
-		r[n].uid = c->uid;
-		r[n].gid = c->gid;
-		r[n].ns_id = c->ns->id;
-		r[n].blocks = c->holder.nr_blocks;
-		r[n].refs = c->holder.nr_refs;
-		r[n].sq_entries = c->sq_entries;
-		r[n].ops = c->ops;
-		n++;
+		client_record(c, &r[n++]);
 	}
 	return n;
+}
+
+/*
+ * End live client arg[0] as if it had closed its socket: its blocks are
+ * released now (a stopped or hung engine never would). One record: the
+ * client as it was. No live client of that id: -ENOENT.
+ */
+static int fill_disconnect(struct kvd *d, const struct kv_admin_req *req,
+			   struct kv_admin_status *st, void *buf)
+{
+	for (uint32_t i = 0; i < d->nr_slots; i++) {
+		struct kvd_client *c = &d->clients[i];
+
+		if (c->state != KVD_CLIENT_LIVE || c->id != req->arg[0])
+			continue;
+		char why[96];
+
+		client_record(c, buf);
+		snprintf(why, sizeof(why),
+			 "by the administrator (kvctl disconnect), %u blocks released",
+			 c->holder.nr_blocks);
+		kvd_client_kill(d, c, why);
+		st->nr_clients = d->nr_clients;
+		st->pages_used = d->pool.pages_used;
+		st->pages_free = d->pool.nr_pages - d->pool.pages_used;
+		return 1;
+	}
+	return -ENOENT;
 }
 
 /* Prefix-cache books of each namespace; with @evict, drop the cached ones
@@ -269,6 +302,7 @@ static const struct admin_cmd admin_cmds[] = {
 	CMD(KV_ADMIN_CHECK,	"check",	fill_check,	struct kv_admin_check),
 	CMD(KV_ADMIN_RELOAD,	"reload",	fill_reload,	struct kv_admin_msg),
 	CMD(KV_ADMIN_TENANTS,	"tenants",	fill_tenants,	struct kv_admin_tenant),
+	CMD(KV_ADMIN_DISCONNECT, "disconnect",	fill_disconnect, struct kv_admin_client),
 };
 
 /* The command of a well-formed request, or NULL with st->status set. */

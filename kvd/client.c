@@ -4,6 +4,8 @@
  * pool passed by SCM_RIGHTS, then teardown when the control socket closes
  * or the process that connected exits, whichever comes first: a child it
  * forked may hold a copy of the socket and keep it open for ever.
+ * A client that asked for a lease is also ended when it makes no call
+ * for that long (stopped, hung): else it would hold its blocks for ever.
  *
  * A slot is reused only when no event-loop op names it any more (inflight
  * == 0), so a late completion can never write into a new client's
@@ -17,6 +19,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <xxhash.h>
+
+#include <kv/barrier.h>
 
 #include "backend.h"
 #include "client.h"
@@ -260,8 +264,13 @@ int kvd_hello_check(struct kvd *d, const struct kv_hello *h, int len,
 		*why = "ABI major version mismatch";
 		return -EPROTO;
 	}
-	if (h->flags || h->resv0) {
-		*why = "HELLO flags or reserved fields not zero";
+	if (h->flags) {
+		*why = "HELLO flags not zero";
+		return -EINVAL;
+	}
+	if (h->lease_ms && (h->lease_ms < KV_LEASE_MIN_MS ||
+			    h->lease_ms > KV_LEASE_MAX_MS)) {
+		*why = "lease_ms must be 0 (none) or 1000..86400000";
 		return -EINVAL;
 	}
 	if (!kvd_is_pow2(h->sq_entries) || h->sq_entries > KV_MAX_SQ_ENTRIES) {
@@ -430,7 +439,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	w.block_bytes = c->ns->block_bytes;
 	w.slab_bytes = c->ns->slab_bytes;
 	w.max_blocks = c->ns->max_blocks;
-	w.features = KV_FEAT_NEED_WAKEUP;
+	w.features = KV_FEAT_NEED_WAKEUP | KV_FEAT_LEASE;
 	w.ring = c->off;
 	/* legacy: one range, the whole pool, opened from w.ipc_handle */
 	w.extent_bytes = d->pool.bytes;
@@ -445,6 +454,10 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	fds[2] = c->cq_evfd;
 	send_welcome(c->sock, &w, fds, 3);
 	c->state = KVD_CLIENT_LIVE;
+	c->lease_ms = h->lease_ms;
+	c->seen_ns = kvd_now_ns();
+	c->seen_ops = c->ops;
+	c->seen_cq_head = KV_READ_ONCE(*c->cq_khead);
 	c->live_idx = d->nr_clients;
 	d->live[d->nr_clients] = c->slot;
 	d->nr_pending--;
@@ -453,9 +466,9 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	d->tenants[c->tenant].nr_clients++;
 	c->doomed = NULL;
 	kvd_extents_send(d, c);		/* its tenant's extents, after WELCOME */
-	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u", c->id,
-		 (int)c->pid, (unsigned)c->uid, c->ns->model_id, c->ns->id,
-		 c->sq_entries);
+	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u lease %u ms",
+		 c->id, (int)c->pid, (unsigned)c->uid, c->ns->model_id,
+		 c->ns->id, c->sq_entries, c->lease_ms);
 	arm_doorbell(d, c);
 	arm_ctrl(d, c);
 }
@@ -488,6 +501,8 @@ void kvd_client_doorbell_done(struct kvd *d, struct kvd_client *c, int res)
 		kvd_client_kill(d, c, "doorbell read failed");
 		return;
 	}
+	if (res > 0)
+		c->seen_ns = kvd_now_ns();	/* a call, or kv_heartbeat */
 	kvd_client_activate(d, c);	/* it rang: it has work */
 	arm_doorbell(d, c);
 }
@@ -629,8 +644,36 @@ static void clients_pid_tick(struct kvd *d)
 }
 
 /*
- * Periodic: drop clients that never said HELLO or whose process exited,
- * send extents that did not fit.
+ * Has @c, which holds a lease, made a call since the last tick? SQEs
+ * served or CQEs reaped count, and so does an SQE waiting in kvd for
+ * blocks (kv_alloc_wait): the client waits for kvd, not kvd for it. A
+ * doorbell (any call that woke kvd, kv_heartbeat) stamps seen_ns as it
+ * is read. Past its lease it is ended and its blocks released: it is
+ * stopped or hung, and an operator could not get them back otherwise.
+ */
+static void lease_check(struct kvd *d, struct kvd_client *c, uint64_t now)
+{
+	uint32_t head = KV_READ_ONCE(*c->cq_khead);
+	char why[96];
+
+	if (c->ops != c->seen_ops || head != c->seen_cq_head || c->nr_waits) {
+		c->seen_ops = c->ops;
+		c->seen_cq_head = head;
+		c->seen_ns = now;
+		return;
+	}
+	if (now - c->seen_ns <= c->lease_ms * 1000000ULL)
+		return;
+	snprintf(why, sizeof(why),
+		 "lease expired: no call for %llu ms (lease %u ms), %u blocks released",
+		 (unsigned long long)((now - c->seen_ns) / 1000000),
+		 c->lease_ms, c->holder.nr_blocks);
+	kvd_client_kill(d, c, why);
+}
+
+/*
+ * Periodic: drop clients that never said HELLO, whose process exited or
+ * whose lease expired; send extents that did not fit.
  */
 void kvd_clients_tick(struct kvd *d)
 {
@@ -644,7 +687,9 @@ void kvd_clients_tick(struct kvd *d)
 		if (c->state == KVD_CLIENT_HELLO &&
 		    now - c->t_accept_ns > d->cfg.hello_timeout_ms * 1000000ULL)
 			kvd_client_kill(d, c, "no HELLO in time");
-		else if (c->state == KVD_CLIENT_LIVE && c->ext_behind)
+		else if (c->state == KVD_CLIENT_LIVE && c->lease_ms)
+			lease_check(d, c, now);
+		if (c->state == KVD_CLIENT_LIVE && c->ext_behind)
 			kvd_extents_send(d, c);
 	}
 }

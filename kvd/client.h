@@ -77,6 +77,16 @@ struct kvd_client {
 	int32_t		def_res;
 	uint64_t	def_user_data;
 	uint64_t	t_accept_ns;
+	/*
+	 * Its lease (HELLO lease_ms, 0: none): it promised a call at least
+	 * this often. seen_ns: when kvd last saw one (the doorbell rang,
+	 * SQEs served, CQEs reaped, or an SQE waiting in kvd), checked on
+	 * the tick against seen_ops and seen_cq_head.
+	 */
+	uint32_t	lease_ms;
+	uint32_t	seen_cq_head;
+	uint64_t	seen_ns;
+	uint64_t	seen_ops;
 
 	/* ring mapping, daemon side */
 	void		*ring;

@@ -43,6 +43,9 @@ struct kv_client {
 	uint32_t	spin_skips;	/* waits since spinning was turned off */
 	uint64_t	syscalls;	/* system calls made for this client */
 	int64_t		call_timeout_ns; /* sync calls' wait, -1: for ever */
+	int64_t		beat_ns;	/* lease_ms / 4, 0: no lease: how
+					 * often a sleeping wait beats */
+	int64_t		last_beat_ns;	/* last heartbeat (queue.c) */
 	uint32_t	sync_orphans;	/* timed-out sync requests still in
 					 * flight: their CQEs are dropped */
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * The client's side of the request ring: SQEs out, CQEs in, and the
- * eventfd wake-ups in both directions. kvd/ring.c states the ordering
- * contract; the labels C1..C7 here are the client's half of it.
+ * The client's side of the request ring: SQEs out, CQEs in, the eventfd
+ * wake-ups in both directions, and a lease's heartbeats (a doorbell that
+ * a sleeping wait, or kv_heartbeat, rings so kvd knows we are alive).
+ * kvd/ring.c states the ordering contract; the labels C1..C7 here are
+ * the client's half of it.
  */
 #include <poll.h>
 #include <sched.h>
@@ -252,6 +254,54 @@ static bool spin_once(struct kv_client *c, unsigned want, int64_t deadline,
 }
 
 /*
+ * A lease's beat (kv_connect_params.lease_ms): ring the doorbell, which
+ * kvd counts as a call; no SQE, so no CQE to reap.
+ */
+static int beat(struct kv_client *c, int64_t now)
+{
+	c->last_beat_ns = now;
+	return ring_doorbell(c);
+}
+
+int kv_heartbeat(struct kv_client *c)
+{
+	if (!c)
+		return -EINVAL;
+	/* kvd ended us (the lease ran out while we were stopped, kvctl
+	 * disconnect): the socket reads end-of-file */
+	if (!c->dead && __kv_recv_extents(c) == -ECONNRESET)
+		c->dead = true;
+	if (c->dead)
+		return -ECONNRESET;
+	return beat(c, now_ns());
+}
+
+/*
+ * How long a wait may sleep (ms, -1: for ever) before its deadline or,
+ * with a lease, its next beat, which it makes when due: a client asleep
+ * in a wait is alive. -ETIME once the deadline has passed.
+ */
+static int sleep_ms(struct kv_client *c, int64_t deadline)
+{
+	int64_t now = 0, left = -1;
+
+	if (deadline >= 0) {
+		now = now_ns();
+		left = deadline - now;
+		if (left <= 0)
+			return -ETIME;
+	}
+	if (c->beat_ns) {
+		now = now ? now : now_ns();
+		if (now - c->last_beat_ns >= c->beat_ns)
+			beat(c, now);
+		if (left < 0 || c->last_beat_ns + c->beat_ns - now < left)
+			left = c->last_beat_ns + c->beat_ns - now;
+	}
+	return left < 0 ? -1 : (int)((left + 999999) / 1000000);
+}
+
+/*
  * Wait until @want CQEs are ready, kvd goes away (-ECONNRESET) or
  * timeout_ns passes (-ETIME; < 0 waits for ever): spin first, then
  * sleep. C6: set KV_CQ_NEED_WAKEUP, full barrier, look again, and only
@@ -281,15 +331,10 @@ static int __kv_wait_nr(struct kv_client *c, unsigned want,
 		kv_smp_mb();	/* C6: pairs with D6 */
 		if (cq_ready(c) >= want)
 			break;
-		ms = -1;
-		if (deadline >= 0) {
-			int64_t left = deadline - now_ns();
-
-			if (left <= 0) {
-				ret = -ETIME;
-				break;
-			}
-			ms = (int)((left + 999999) / 1000000);
+		ms = sleep_ms(c, deadline);
+		if (ms == -ETIME) {
+			ret = -ETIME;
+			break;
 		}
 		pfd[0] = (struct pollfd){ .fd = c->cq_evfd, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = c->sock, .events = POLLIN };

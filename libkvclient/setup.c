@@ -124,6 +124,7 @@ static int send_hello(int fd, const struct kv_connect_params *p)
 	if (p->model_rev)
 		memcpy(h.model_rev, p->model_rev, strlen(p->model_rev));
 	h.geom = p->geom;
+	h.lease_ms = (uint32_t)p->lease_ms;
 	if (send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
 		return sock_err();
 	return 0;
@@ -298,6 +299,9 @@ static int check_params(const struct kv_connect_params *p)
 		return -EINVAL;
 	if (p->call_timeout_ms < 0)
 		return -EINVAL;
+	if (p->lease_ms && (p->lease_ms < KV_LEASE_MIN_MS ||
+			    p->lease_ms > KV_LEASE_MAX_MS))
+		return -EINVAL;
 	return 0;
 }
 
@@ -383,6 +387,7 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->spin_cur_ns = c->spin_ns;
 	c->call_timeout_ns = p->call_timeout_ms ?
 			     (int64_t)p->call_timeout_ms * 1000000 : -1;
+	c->beat_ns = (int64_t)p->lease_ms * 250000;	/* a quarter */
 	*out = c;
 	return 0;
 

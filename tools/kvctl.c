@@ -431,6 +431,23 @@ static int kvctl_cmd_clients(struct kv_emit *e, const struct kvctl_reply *r)
 	return 0;
 }
 
+/* kvctl disconnect ID: the client as it was when kvd ended it. */
+static int kvctl_cmd_disconnect(struct kv_emit *e, const struct kvctl_reply *r)
+{
+	const struct kv_admin_client *cl = r->rec;
+
+	if (r->st->nr_records != 1) {
+		fprintf(stderr, "kvctl: disconnect: kvd's reply names no client\n");
+		return 1;
+	}
+	kv_emit_u64(e, "disconnected", "disconnected client", cl->id);
+	kv_emit_u64(e, "pid", "pid", cl->pid);
+	kv_emit_u64(e, "ns", "namespace", cl->ns_id);
+	kv_emit_u64(e, "blocks_released", "blocks released", cl->blocks);
+	kv_emit_u64(e, "refs_released", "refs released", cl->refs);
+	return 0;
+}
+
 static const char *hint(int err)
 {
 	switch (err) {
@@ -532,6 +549,7 @@ static int kvctl_cmd_reload(struct kv_emit *e, const struct kvctl_reply *r)
 #define OPT_NS		2U
 #define OPT_DEPTH	4U
 #define OPT_TIMEOUT	8U
+#define OPT_ID		16U	/* one operand: a client id */
 
 struct kvctl_cmd {
 	const char	*name;
@@ -572,6 +590,11 @@ static const struct kvctl_cmd cmds[] = {
 	  .run = kvctl_cmd_prefix,
 	  .help = "drop the ref-0 cached blocks of every namespace, or of N;\n"
 		  "exit 1 if there is no namespace N" },
+	{ .name = "disconnect", .args = "ID", .opts = OPT_ID,
+	  .code = KV_ADMIN_DISCONNECT, .rec = sizeof(struct kv_admin_client),
+	  .run = kvctl_cmd_disconnect,
+	  .help = "end client ID (see clients) and release its blocks, as if\n"
+		  "it had exited; exit 1 if there is no such client" },
 	{ .name = "wait", .args = "[--timeout S]", .opts = OPT_TIMEOUT,
 	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
 	  .help = "wait until kvd answers on the admin socket (at most S\n"
@@ -688,7 +711,7 @@ static const struct kvctl_cmd *find_cmd(const char *name, unsigned opts)
 		fprintf(stderr, "kvctl: unknown command '%s'\n", name);
 		usage(stderr);
 	} else {
-		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait\n");
+		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait, an ID with disconnect\n");
 	}
 	return NULL;
 }
@@ -707,7 +730,7 @@ int main(int argc, char **argv)
 		{ 0 }
 	};
 	const char *opt_path = NULL;
-	uint32_t ns = UINT32_MAX, depth = 3, timeout_s = 30;
+	uint32_t ns = UINT32_MAX, depth = 3, timeout_s = 30, id = 0;
 	const struct kvctl_cmd *cmd;
 	struct kv_admin_status *st;
 	unsigned given = 0;
@@ -756,15 +779,27 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (optind != argc - 1) {
+	if (optind == argc || argc - optind > 2) {
 		fprintf(stderr, "kvctl: %s\n", optind == argc ?
 			"no command given" : "one command expected");
 		usage(stderr);
 		return 2;
 	}
+	if (argc - optind == 2)
+		given |= OPT_ID;
 	cmd = find_cmd(argv[optind], given);
 	if (!cmd)
 		return 2;
+	if (cmd->opts & OPT_ID) {
+		if (!(given & OPT_ID)) {
+			fprintf(stderr, "kvctl: %s needs a client id (see kvctl clients)\n",
+				cmd->name);
+			return 2;
+		}
+		if (parse_u32("client id", argv[optind + 1], &id))
+			return 2;
+		ns = id;	/* arg[0] */
+	}
 	if (cmd->code == KV_ADMIN_TREE && ns == UINT32_MAX)
 		ns = 0;
 	if (admin_path(opt_path, path, sizeof(path))) {
@@ -797,6 +832,10 @@ int main(int argc, char **argv)
 						cmd->code == KV_ADMIN_EVICT))
 			fprintf(stderr, "kvctl: no namespace %u (see kvctl status)\n",
 				ns);
+		else if (ret == -ENOENT && n > 0 &&
+			 cmd->code == KV_ADMIN_DISCONNECT)
+			fprintf(stderr, "kvctl: no client %u (see kvctl clients)\n",
+				id);
 		else
 			call_failed(path, buf, n, ret);
 		free(buf);

@@ -17,7 +17,7 @@
 #include <stddef.h>
 
 #define KV_ABI_MAJOR		3	/* 3: device pools (exports, COW) */
-#define KV_ABI_MINOR		0
+#define KV_ABI_MINOR		1	/* 1: client leases, admin disconnect */
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -96,13 +96,18 @@ struct kv_hello {
 	__u32	sq_entries;	/* power of two, 1..KV_MAX_SQ_ENTRIES */
 	__u32	data_bytes;	/* data area bytes, multiple of 4096 */
 	__u32	flags;		/* none defined yet; must be zero */
-	__u32	resv0;
+	__u32	lease_ms;	/* 0: none; else the client makes a call at
+				 * least this often (KV_LEASE_MIN_MS..
+				 * KV_LEASE_MAX_MS) or kvd ends it; kvd
+				 * before ABI 3.1 refuses anything but 0 */
 	char	model_id[KV_MODEL_ID_MAX];	/* NUL-terminated, non-empty */
 	struct kv_geometry geom;
 	char	model_rev[KV_MODEL_REV_MAX];	/* revision, "" for none */
 };
 
 #define KV_MAX_SQ_ENTRIES	4096
+#define KV_LEASE_MIN_MS		1000	/* kvd checks leases every 250 ms */
+#define KV_LEASE_MAX_MS		86400000	/* a day */
 #define KV_MAX_IDS		65536	/* ids in one SQE; beyond: -E2BIG */
 #define KV_MIN_DATA_BYTES	4096
 #define KV_MAX_DATA_BYTES	(16U << 20)
@@ -201,6 +206,7 @@ struct kv_extent_msg {
 
 #define KV_FEAT_NEED_WAKEUP	(1U << 0)	/* NEED_WAKEUP flags honoured */
 #define KV_FEAT_EXTENTS		(1U << 1)	/* pool sent as EXTENT messages */
+#define KV_FEAT_LEASE		(1U << 2)	/* HELLO lease_ms honoured */
 
 /* SQ flags, written by kvd. */
 #define KV_SQ_NEED_WAKEUP	(1U << 0)	/* kvd sleeps or stopped polling this
@@ -345,6 +351,11 @@ enum {
 	KV_ADMIN_CHECK		= 6,	/* reply: kv_admin_status + kv_admin_check[nr_ns] */
 	KV_ADMIN_RELOAD		= 7,	/* re-read kvd.conf; reply: + one kv_admin_msg */
 	KV_ADMIN_TENANTS	= 8,	/* reply: kv_admin_status + kv_admin_tenant[] */
+	KV_ADMIN_DISCONNECT	= 9,	/* arg[0]: client id (as CLIENTS gives
+					 * it): end it, release its blocks;
+					 * reply: kv_admin_status + the
+					 * kv_admin_client it was; -ENOENT
+					 * for no live client of that id */
 };
 
 /* A line of text (KV_ADMIN_RELOAD: what was applied, or why not). */

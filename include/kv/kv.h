@@ -58,6 +58,15 @@ struct kv_connect_params {
 					 * its completion, in ms: -ETIMEDOUT
 					 * after it (0: no timeout; < 0:
 					 * -EINVAL) */
+	int		lease_ms;	/* 0: none (the default): kvd keeps an
+					 * idle client for ever. Else a
+					 * promise to call kvd at least this
+					 * often (KV_LEASE_MIN_MS..
+					 * KV_LEASE_MAX_MS): any request,
+					 * kv_heartbeat, or a wait (they beat
+					 * by themselves); past it kvd ends
+					 * the client and releases its
+					 * blocks (calls then -ECONNRESET) */
 };
 
 /* Default connect timeout, in milliseconds. */
@@ -108,6 +117,16 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out);
  * -EINVAL for NULL.
  */
 int kv_disconnect(struct kv_client *c);
+
+/*
+ * kv_heartbeat - tell kvd this client is alive, for its lease
+ * (kv_connect_params.lease_ms): one eventfd write, no request, no CQE.
+ * Waits (kv_wait_cqe, the synchronous calls) beat by themselves while
+ * they sleep; an engine that may go a lease without calling kvd calls
+ * this. Returns 0, -EINVAL for NULL, -ECONNRESET when kvd has ended the
+ * client (its lease expired, kvctl disconnect) or gone away.
+ */
+int kv_heartbeat(struct kv_client *c);
 
 /* kv_pool_info - fill @info (struct kv_pool_info). 0 or -EINVAL. */
 int kv_pool_info(const struct kv_client *c, struct kv_pool_info *info);
