@@ -419,7 +419,8 @@ void kvd_admin_accept(struct kvd *d, int fd)
 		if (d->adm[i].fd < 0)
 			break;
 	if (i == KVD_MAX_ADMIN) {
-		kvd_warn("admin: too many connections, refusing one");
+		if (kvd_ratelimit(&d->rl_full))
+			kvd_warn("admin: too many connections, refusing one");
 		close(fd);
 		return;
 	}

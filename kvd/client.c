@@ -30,7 +30,21 @@
 #include "ring.h"
 #include "tenant.h"
 
-/* The connection that has waited longest for its HELLO. */
+/*
+ * Has pending @c said HELLO? Its bytes wait in its socket, or the event
+ * loop received them into c->rx already (kvd_client_accept zeroed it)
+ * and the completion is not dispatched yet: io_uring's multishot accept
+ * can post a burst of accepts ahead of it.
+ */
+static bool hello_arrived(const struct kvd_client *c)
+{
+	char b;
+
+	return KV_READ_ONCE(c->rx.hello.magic) != 0 ||
+	       recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+/* The silent connection that has waited longest for its HELLO. */
 static struct kvd_client *oldest_pending(struct kvd *d)
 {
 	struct kvd_client *oldest = NULL;
@@ -39,24 +53,31 @@ static struct kvd_client *oldest_pending(struct kvd *d)
 		struct kvd_client *c = &d->clients[i];
 
 		if (c->state == KVD_CLIENT_HELLO &&
-		    (!oldest || c->t_accept_ns < oldest->t_accept_ns))
+		    (!oldest || c->t_accept_ns < oldest->t_accept_ns) &&
+		    !hello_arrived(c))
 			oldest = c;
 	}
 	return oldest;
 }
 
+static void say_refused(int fd, const char *why);
+
 /*
  * A free slot for a new connection. Live clients are limited at HELLO
- * (max_clients); pending ones here: past KVD_MAX_PENDING the oldest is
- * dropped (a real client says HELLO at once), so silent connections can
- * neither lock clients out nor pile up.
+ * (max_clients); pending ones here: past KVD_MAX_PENDING the oldest that
+ * has not said HELLO is dropped (a real client says it at once), told
+ * -EAGAIN, so silent connections can neither lock clients out nor pile
+ * up. NULL when every pending one has said HELLO.
  */
 static struct kvd_client *slot_get(struct kvd *d)
 {
 	struct kvd_client *old;
 
-	if (d->nr_pending >= KVD_MAX_PENDING && (old = oldest_pending(d)))
+	if (d->nr_pending >= KVD_MAX_PENDING && (old = oldest_pending(d))) {
+		say_refused(old->sock,
+			    "kvd dropped this connection: no HELLO while others waited; try again");
 		kvd_client_kill(d, old, "no HELLO, slot needed");
+	}
 	for (uint32_t i = 0; i < d->nr_slots; i++)
 		if (d->clients[i].state == KVD_CLIENT_FREE)
 			return &d->clients[i];
@@ -102,25 +123,32 @@ static void arm_doorbell(struct kvd *d, struct kvd_client *c)
 static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
 			 int nfds);
 
-/* No slot at all: say why before closing (-EAGAIN). */
-static void refuse_full(struct kvd *d, int fd)
+/*
+ * Tell @fd -EAGAIN and @why. Closing a unix socket with unread data
+ * resets the peer, which would then never read the WELCOME (ECONNRESET
+ * instead of -EAGAIN): stop further sends and drain what already came
+ * (its HELLO); the caller closes.
+ */
+static void say_refused(int fd, const char *why)
 {
 	struct kv_welcome w = { .status = -EAGAIN };
 	char drain[sizeof(struct kv_hello)];
 
-	snprintf(w.errmsg, sizeof(w.errmsg),
-		 "kvd is busy with connections that did not say HELLO; try again");
-	if (kvd_ratelimit(&d->rl_full))
-		kvd_warn("refusing clients: %s", w.errmsg);
+	snprintf(w.errmsg, sizeof(w.errmsg), "%s", why);
 	send_welcome(fd, &w, NULL, 0);
-	/*
-	 * Closing a unix socket with unread data resets the peer, which
-	 * would then never read our WELCOME: stop further sends, drain
-	 * what already came (its HELLO), then close.
-	 */
 	shutdown(fd, SHUT_RD);
 	while (recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
 		;
+}
+
+/* No slot at all: say why before closing (-EAGAIN). */
+static void refuse_full(struct kvd *d, int fd)
+{
+	const char *why = "kvd is busy with connections that did not say HELLO; try again";
+
+	if (kvd_ratelimit(&d->rl_full))
+		kvd_warn("refusing clients: %s", why);
+	say_refused(fd, why);
 	close(fd);
 }
 
@@ -177,7 +205,8 @@ void kvd_client_accept(struct kvd *d, int fd)
 	if (!c)
 		return refuse_full(d, fd);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len)) {
-		kvd_warn("SO_PEERCRED: %m");
+		if (kvd_ratelimit(&d->rl_accept))
+			kvd_warn("SO_PEERCRED: %m");
 		close(fd);
 		return;
 	}
@@ -198,6 +227,7 @@ void kvd_client_accept(struct kvd *d, int fd)
 	c->t_accept_ns = kvd_now_ns();
 	c->ns = NULL;
 	c->ops = 0;
+	c->rx.hello.magic = 0;		/* see hello_arrived() */
 	kvd_holder_init(&c->holder, c->slot);
 	arm_ctrl(d, c);
 }

@@ -29,6 +29,7 @@ struct kvd {
 	 * false: the op must end now (an accept out of fds) */
 	bool		(*loop_done)(struct kvd *d, uint64_t user_data, int res,
 				     bool more);
+	uint64_t	loop_cur;	/* user_data being dispatched, or 0 */
 	struct kvd_pool	pool;
 	const struct kvd_backend *be;	/* where the pool lives (backend.h) */
 	struct kvd_cuda	*cuda;		/* the cuda backend's state */

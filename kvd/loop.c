@@ -170,7 +170,9 @@ static void on_client(struct kvd *d, int type, uint32_t slot, uint32_t gen,
 	if (slot >= d->nr_slots)
 		return;
 	c = &d->clients[slot];
-	if (kvd_warn_on_once(c->gen != gen || !c->inflight))
+	/* Stale: an op that ended at a synchronous cancel (loop_uring.c)
+	 * still posts its CQE, after its slot was freed or even reused. */
+	if (c->gen != gen || !c->inflight)
 		return;
 	if (type == KVD_EV_CTRL)
 		kvd_client_ctrl_done(d, c, res);
@@ -192,6 +194,13 @@ static bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res,
 	uint32_t slot = kvd_ev_slot(user_data), gen = kvd_ev_gen(user_data);
 
 	switch (type) {
+	case KVD_EV_CTRL:
+	case KVD_EV_DOORBELL:
+		/* ended: a kill now must not cancel it (loop_io.c) */
+		d->loop_cur = user_data;
+		on_client(d, type, slot, gen, res);
+		d->loop_cur = KVD_LOOP_UD_NONE;
+		break;
 	case KVD_EV_ACCEPT:
 	case KVD_EV_ADMIN_ACCEPT:
 		return on_accept(d, type, res, more);
@@ -208,10 +217,6 @@ static bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res,
 	case KVD_EV_ADMIN_RECV:
 		if (slot < KVD_MAX_ADMIN && d->adm[slot].gen == gen)
 			kvd_admin_recv_done(d, slot, res);
-		break;
-	case KVD_EV_CTRL:
-	case KVD_EV_DOORBELL:
-		on_client(d, type, slot, gen, res);
 		break;
 	default:
 		break;		/* KVD_LOOP_UD_NONE: a backend's own op */

@@ -77,6 +77,15 @@ int kvd_loop_arm_admin(struct kvd *d, uint32_t slot)
 		   kvd_ev_pack(KVD_EV_ADMIN_RECV, slot, a->gen));
 }
 
+/* End op @user_data on @fd: 1 when it will not be put by the dispatcher. */
+static int cancel(struct kvd *d, int fd, uint64_t user_data)
+{
+	/* The op being dispatched has ended; the dispatcher puts it. */
+	if (user_data == d->loop_cur)
+		return 0;
+	return d->loop->cancel(d, fd, user_data);
+}
+
 /*
  * @c is killed: end its ops before its fds close. Those that end now are
  * no longer in flight; the others complete (-ECANCELED) into the
@@ -85,8 +94,8 @@ int kvd_loop_arm_admin(struct kvd *d, uint32_t slot)
 void kvd_loop_cancel(struct kvd *d, struct kvd_client *c)
 {
 	if (c->state == KVD_CLIENT_LIVE)
-		c->inflight -= d->loop->cancel(d, c->sq_evfd,
+		c->inflight -= cancel(d, c->sq_evfd,
 				kvd_ev_pack(KVD_EV_DOORBELL, c->slot, c->gen));
-	c->inflight -= d->loop->cancel(d, c->sock,
-				kvd_ev_pack(KVD_EV_CTRL, c->slot, c->gen));
+	c->inflight -= cancel(d, c->sock,
+			      kvd_ev_pack(KVD_EV_CTRL, c->slot, c->gen));
 }

@@ -23,6 +23,7 @@
 struct uring {
 	struct io_uring	ring;
 	struct __kernel_timespec tick;
+	bool		async_cancel;	/* no IORING_REGISTER_SYNC_CANCEL */
 };
 
 static struct uring *uring_of(struct kvd *d)
@@ -71,19 +72,52 @@ static int uring_arm(struct kvd *d, const struct kvd_loop_op *op)
 	return 0;
 }
 
-/* The cancelled op still completes (-ECANCELED), into the dispatcher. */
+/*
+ * Synchronous where the kernel can (6.0): when this returns the op has
+ * ended and touches its buffers no more (cancelled, or it had completed:
+ * -ENOENT), so the client's slot is free at once, as with epoll; a flood
+ * of silent connections would otherwise fill every slot with killed
+ * ones waiting for their CQEs. Those CQEs still come: the dispatcher
+ * finds them stale (the slot free or reused) and ignores them. The op
+ * being dispatched is not cancelled (loop_io.c).
+ */
+static int uring_cancel_sync(struct uring *u, uint64_t user_data)
+{
+	struct io_uring_sync_cancel_reg reg = {
+		.addr = user_data,
+		.timeout = { .tv_sec = 1 },	/* our ops never block */
+	};
+	int ret = io_uring_register_sync_cancel(&u->ring, &reg);
+
+	if (ret == 0 || ret == -ENOENT)
+		return 1;
+	/* before 6.0 (or stuck): from now on the CQE frees the slot */
+	u->async_cancel = true;
+	return -1;
+}
+
 static int uring_cancel(struct kvd *d, int fd, uint64_t user_data)
 {
 	struct uring *u = uring_of(d);
-	struct io_uring_sqe *sqe = uring_sqe(&u->ring);
+	struct io_uring_sqe *sqe;
+	int ret;
 
-	io_uring_prep_cancel64(sqe, user_data, 0);
-	io_uring_sqe_set_data64(sqe, KVD_LOOP_UD_NONE);
 	/*
 	 * io_uring looks fds up when it issues an SQE: ops on this fd
 	 * still queued must be issued before its number can be reused by
-	 * the next accept, or they would act on another client's socket.
+	 * the next accept, or they would act on another client's socket;
+	 * and a sync cancel finds only issued ops.
 	 */
+	io_uring_submit(&u->ring);
+	if (!u->async_cancel) {
+		ret = uring_cancel_sync(u, user_data);
+		if (ret >= 0)
+			return ret;
+	}
+	/* The cancelled op still completes (-ECANCELED), into the dispatcher. */
+	sqe = uring_sqe(&u->ring);
+	io_uring_prep_cancel64(sqe, user_data, 0);
+	io_uring_sqe_set_data64(sqe, KVD_LOOP_UD_NONE);
 	io_uring_submit(&u->ring);
 	return 0;
 }

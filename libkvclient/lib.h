@@ -13,6 +13,10 @@ struct kv_client {
 	int		sq_evfd;	/* doorbell to kvd */
 	int		cq_evfd;	/* kvd's wake-up */
 	bool		dead;		/* kvd went away: every call fails */
+	/* A call returned -ECONNRESET: only now do block addresses go, so
+	 * that ids kvd gave before it went stay usable until the caller
+	 * has been told (kv_block_ptr(3)). */
+	bool		reset_told;
 
 	void		*ring;
 	size_t		ring_bytes;
@@ -65,6 +69,7 @@ struct kv_client {
 
 int __kv_wait(struct kv_client *c, int64_t timeout_ns);
 int __kv_recv_extents(struct kv_client *c);
+int __kv_reset(struct kv_client *c);
 void __kv_extents_pending(struct kv_client *c);
 int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto);
 

@@ -29,7 +29,7 @@ static void reap_orphans(struct kv_client *c)
 static int sync_ready(struct kv_client *c)
 {
 	if (c->dead)
-		return -ECONNRESET;
+		return __kv_reset(c);
 	reap_orphans(c);
 	if (c->inflight || c->sq_tail != c->sq_submitted)
 		return -EBUSY;

@@ -72,13 +72,20 @@ static bool needs_fence(const struct kv_client *c)
 	return false;
 }
 
+/* kvd is gone, and the caller is told so now: -ECONNRESET. */
+int __kv_reset(struct kv_client *c)
+{
+	c->reset_told = true;
+	return -ECONNRESET;
+}
+
 int kv_submit(struct kv_client *c)
 {
 	uint32_t n = c->sq_tail - c->sq_submitted;
 	int ret;
 
 	if (c->dead)
-		return -ECONNRESET;
+		return __kv_reset(c);
 	__kv_extents_pending(c);
 	if (!n)
 		return 0;
@@ -111,7 +118,7 @@ int kv_peek_cqe(struct kv_client *c, struct kv_cqe **cqe)
 		/* kvd holds a completion back until we have read the
 		 * extents it names: a poller must read them too. */
 		__kv_extents_pending(c);
-		return c->dead ? -ECONNRESET : -EAGAIN;
+		return c->dead ? __kv_reset(c) : -EAGAIN;
 	}
 	*cqe = &c->cqes[head & (c->cq_entries - 1)];
 	return 0;
@@ -323,7 +330,7 @@ static int __kv_wait_nr(struct kv_client *c, unsigned want,
 		if (cq_ready(c) >= want)
 			break;
 		if (c->dead) {
-			ret = -ECONNRESET;
+			ret = __kv_reset(c);
 			break;
 		}
 		kv_atomic_or(c->cq_kflags, KV_CQ_NEED_WAKEUP);
@@ -347,7 +354,7 @@ static int __kv_wait_nr(struct kv_client *c, unsigned want,
 		 * shows as a read of 0 bytes. */
 		if (pfd[1].revents && __kv_recv_extents(c) < 0) {
 			c->dead = true;
-			ret = cq_ready(c) ? 0 : -ECONNRESET;
+			ret = cq_ready(c) ? 0 : __kv_reset(c);
 			break;
 		}
 		if (pfd[0].revents & POLLIN) {

@@ -457,7 +457,7 @@ void *kv_block_ptr(const struct kv_client *c, kv_block_t id)
 	struct kv_client *mc = (struct kv_client *)c;
 	uint64_t off;
 
-	if (!c || id >= c->max_blocks || c->dead)
+	if (!c || id >= c->max_blocks || c->reset_told)
 		return NULL;
 	__kv_extents_pending(mc);
 	off = (uint64_t)id * c->block_bytes;
@@ -546,9 +546,9 @@ int __kv_recv_extents(struct kv_client *c)
 
 		c->syscalls++;
 		r = recvmsg(c->sock, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-		if (r < 0)
+		if (r < 0 && errno != ECONNRESET)
 			return errno == EAGAIN ? n : -errno;
-		if (r == 0) {
+		if (r <= 0) {
 			c->dead = true;
 			return -ECONNRESET;
 		}
