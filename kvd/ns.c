@@ -842,8 +842,10 @@ static void block_unalloc(struct kvd_ns *ns, struct kvd_holder *hr,
  * Checked by the caller: @nr blocks for @hr, all or nothing. A failure
  * leaves the namespace's books, its LRU order and its counters as they
  * were: the blocks evicted on the way are put back, in reverse order.
- * Only blocks reclaimed from other namespaces (pool->reclaims) stay
- * gone; room_check() refuses first where it can see that nr is too many.
+ * Blocks reclaimed from other namespaces (pool->reclaims) cannot be put
+ * back, so room_check() refuses first what its rehearsal of reclaim
+ * cannot serve: a request that fails has reclaimed nothing (but where an
+ * extent taken over cannot be backed, kvd_slab_new's -ENOMEM).
  */
 static int alloc_ids_marked(struct kvd_ns *ns, struct kvd_holder *hr,
 			    uint32_t *ids, uint32_t nr)
