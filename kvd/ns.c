@@ -236,6 +236,8 @@ struct rmap {
 	uint32_t	nr_ns;
 	uint32_t	*pns, *pslab, *given;
 	uint32_t	*vns, *vslab;
+	uint32_t	*off;		/* [nr_ns]: namespace i's slabs in pend */
+	uint32_t	*pend;		/* children elsewhere not yet taken */
 };
 
 /* An aligned run of slab_pages for ns: what making it free would cost. */
@@ -253,11 +255,26 @@ static void rmap_exit(struct rmap *m)
 	free(m->given);
 	free(m->vns);
 	free(m->vslab);
+	free(m->off);
+	free(m->pend);
+}
+
+/* Slab @s of namespace @i becomes a victim candidate: its pages say so. */
+static void rmap_add(struct rmap *m, uint32_t i, uint32_t s)
+{
+	const struct kvd_ns *o = &m->pool->ns[i];
+	uint32_t f = o->slabs[s].first_page;
+
+	for (uint32_t p = f; p < f + o->slab_pages; p++) {
+		m->pns[p] = i;
+		m->pslab[p] = s;
+	}
 }
 
 static int rmap_init(struct rmap *m, struct kvd_ns *ns)
 {
 	struct kvd_pool *pool = ns->pool;
+	uint32_t total = 0;
 
 	memset(m, 0, sizeof(*m));
 	m->ns = ns;
@@ -268,7 +285,14 @@ static int rmap_init(struct rmap *m, struct kvd_ns *ns)
 	m->given = calloc(m->nr_ns + 1, sizeof(*m->given));
 	m->vns = malloc(ns->slab_pages * sizeof(*m->vns));
 	m->vslab = malloc(ns->slab_pages * sizeof(*m->vslab));
-	if (!m->pns || !m->pslab || !m->given || !m->vns || !m->vslab) {
+	m->off = calloc(m->nr_ns + 1, sizeof(*m->off));
+	for (uint32_t i = 0; m->off && i < m->nr_ns; i++) {
+		m->off[i] = total;
+		total += pool->ns[i].live ? pool->ns[i].slab_slots_used : 0;
+	}
+	m->pend = calloc(total + 1, sizeof(*m->pend));
+	if (!m->pns || !m->pslab || !m->given || !m->vns || !m->vslab ||
+	    !m->off || !m->pend) {
 		rmap_exit(m);
 		return -ENOMEM;
 	}
@@ -282,12 +306,10 @@ static int rmap_init(struct rmap *m, struct kvd_ns *ns)
 		for (uint32_t s = 0; s < o->slab_slots_used; s++) {
 			const struct kvd_slab *sl = &o->slabs[s];
 
-			if (!slab_reclaimable(sl))
-				continue;
-			for (uint32_t p = 0; p < o->slab_pages; p++) {
-				m->pns[sl->first_page + p] = i;
-				m->pslab[sl->first_page + p] = s;
-			}
+			if (slab_reclaimable(sl))
+				rmap_add(m, i, s);
+			else if (sl->live && !sl->nr_held)
+				m->pend[m->off[i] + s] = sl->nr_out;
 		}
 	}
 	return 0;
@@ -416,6 +438,30 @@ static bool win_best(struct rmap *m, struct rwin *best)
 	return found;
 }
 
+/*
+ * Rehearsal: victim slab @s of namespace @i is gone, and with it its
+ * blocks' links to parents in other slabs; a parent slab left with no
+ * child elsewhere (and no held block) is a victim for later runs, as
+ * ns_reclaim will find it after evicting @s.
+ */
+static void win_unlink(struct rmap *m, uint32_t i, uint32_t s)
+{
+	const struct kvd_ns *o = &m->pool->ns[i];
+	const struct kvd_slab *sl = &o->slabs[s];
+
+	for (uint32_t k = 0; k < sl->nr_carved; k++) {
+		const struct kvd_block *b = &o->blocks[sl->first_block + k];
+		uint32_t ps, *c;
+
+		if (!b->committed || b->parent == KVD_NIL)
+			continue;
+		ps = o->blocks[b->parent].slab;
+		c = &m->pend[m->off[i] + ps];
+		if (ps != s && *c && --*c == 0)
+			rmap_add(m, i, ps);
+	}
+}
+
 /* Rehearsal: the run and its victims' slabs are gone for later runs. */
 static void win_take(struct rmap *m, const struct rwin *w)
 {
@@ -426,6 +472,7 @@ static void win_take(struct rmap *m, const struct rwin *w)
 		for (uint32_t p = f; p < f + o->slab_pages; p++)
 			m->pns[p] = PG_BUSY;
 		m->given[m->vns[v]] += o->slab_pages;
+		win_unlink(m, m->vns[v], m->vslab[v]);
 	}
 	for (uint32_t p = w->start; p < w->start + m->ns->slab_pages; p++)
 		m->pns[p] = PG_BUSY;

@@ -990,22 +990,27 @@ static void test_prefix_reclaim_refused_evicts_nothing(void **state)
  * slab B. A is the colder, but reclaiming it would cut B's blocks off
  * their parent: B goes first, then A, each chain left reachable.
  */
-static void test_prefix_reclaim_leaf_first_across_slabs(void **state)
+/* V's chain of eight, cached: a0..a3 in slab A, then b0..b3 in slab B. */
+static void v_two_slab_chain(struct two *t, uint32_t *ids)
 {
-	struct two *t = two_new(2);
-	struct kv_hash a3 = H(3), q[8];
-	uint32_t ids[8], w[2], hits[8];
+	struct kv_hash a3 = H(3);
 
-	(void)state;
 	assert_int_equal(kvd_ns_alloc(&t->ns[0], &t->hv, ids, 8), 8);
 	v_chain(t, ids, 4, 0, NULL);
 	v_chain(t, ids + 4, 4, 4, &a3);	/* b0's parent: a3, in A */
 	assert_int_equal(kvd_ns_release(&t->ns[0], &t->hv, ids, 4), 4);
 	assert_int_equal(kvd_ns_release(&t->ns[0], &t->hv, ids + 4, 4), 4);
 	two_check(t);
-	/* two pages could follow, but A only frees once B is gone */
-	assert_int_equal(kvd_ns_alloc(&t->ns[1], &t->hw, w, 2), -ENOSPC);
-	assert_int_equal(t->ns[0].evictions, 0);
+}
+
+static void test_prefix_reclaim_leaf_first_across_slabs(void **state)
+{
+	struct two *t = two_new(2);
+	uint32_t ids[8], w[2], hits[8];
+	struct kv_hash q[8];
+
+	(void)state;
+	v_two_slab_chain(t, ids);
 	assert_int_equal(kvd_ns_alloc(&t->ns[1], &t->hw, w, 1), 1);
 	assert_int_equal(w[0] * 4, ids[4]);	/* B's page */
 	assert_int_equal(t->ns[0].evictions, 4);
@@ -1023,9 +1028,30 @@ static void test_prefix_reclaim_leaf_first_across_slabs(void **state)
 }
 
 /*
+ * One ALLOC that needs both of those slabs: the admission check sees
+ * that A follows once B is gone, and reclaim takes B, then A.
+ */
+static void test_prefix_reclaim_chain_of_slabs(void **state)
+{
+	struct two *t = two_new(2);
+	uint32_t ids[8], w[2];
+
+	(void)state;
+	v_two_slab_chain(t, ids);
+	assert_int_equal(kvd_ns_alloc(&t->ns[1], &t->hw, w, 2), 2);
+	assert_int_equal(t->ns[0].evictions, 8);
+	assert_int_equal(t->pool.reclaims, 8);
+	assert_int_equal(t->ns[0].nr_slabs, 0);
+	assert_int_equal(t->ns[0].committed_blocks, 0);
+	two_check(t);
+	two_free(t);
+}
+
+/*
  * Random ALLOC, COMMIT and RELEASE on two namespaces of other block
  * sizes and slab alignments (V: one-page slabs; X: 5 MiB blocks in
- * 10 MiB slabs at multiples of 10 MiB) over one pool: books checked
+ * 10 MiB slabs at multiples of 10 MiB) over one pool in extents of
+ * 4 pages, each one tenant's at a time: books checked
  * after every step, and an ALLOC that fails has evicted nothing, in
  * either namespace.
  */
@@ -1043,12 +1069,15 @@ static void test_prefix_reclaim_random(void **state)
 	(void)state;
 	assert_non_null(t);
 	assert_int_equal(kvd_pool_init(&t->pool, 16), 0);
+	/* extents of 4 pages, one tenant's each: X's 5-page slabs span two */
+	assert_int_equal(kvd_pool_set_extents(&t->pool, 4), 0);
 	assert_int_equal(kvd_ns_init(&t->ns[0], &t->pool, 0, "v", "", &g512k,
 				     1, 11), 0);
 	assert_int_equal(kvd_ns_init(&t->ns[1], &t->pool, 1, "x", "", &g5m,
 				     2, 22), 0);
 	t->pool.ns = t->ns;
 	t->pool.nr_ns = 2;
+	t->ns[0].acct.min_pages = 3;	/* V keeps 3 pages from X */
 	kvd_holder_init(&t->hv, 0);
 	kvd_holder_init(&t->hw, 1);
 	hr[0] = &t->hv;
@@ -1117,6 +1146,7 @@ int main(void)
 		cmocka_unit_test(test_prefix_reclaim_whole_slabs),
 		cmocka_unit_test(test_prefix_reclaim_refused_evicts_nothing),
 		cmocka_unit_test(test_prefix_reclaim_leaf_first_across_slabs),
+		cmocka_unit_test(test_prefix_reclaim_chain_of_slabs),
 		cmocka_unit_test(test_prefix_reclaim_random),
 	};
 
