@@ -478,6 +478,53 @@ static void win_take(struct rmap *m, const struct rwin *w)
 		m->pns[p] = PG_BUSY;
 }
 
+/*
+ * The common case without the map: the coldest reclaimable slab that
+ * another namespace may give holds, alone, an aligned run for a slab
+ * of @ns in extents @ns's tenant may take once it is gone. No run can
+ * cost less (win_best would choose it too, but for ties). Returns true
+ * with *@oi, *@os set; false when it does not hold one (or none is).
+ */
+static bool coldest_slab_fits(struct kvd_ns *ns, uint32_t *oi, uint32_t *os)
+{
+	const struct kvd_pool *pool = ns->pool;
+	uint64_t best = UINT64_MAX, a, f, l, ep = pool->extent_pages;
+	const struct kvd_ns *o;
+
+	for (uint32_t i = 0; i < pool->nr_ns; i++) {
+		o = &pool->ns[i];
+		if (!o->live || o == ns || !ns_reclaimable(o, o->slab_pages))
+			continue;
+		for (uint32_t s = 0; s < o->slab_slots_used; s++)
+			if (slab_reclaimable(&o->slabs[s]) &&
+			    o->slabs[s].tick < best) {
+				best = o->slabs[s].tick;
+				*oi = i;
+				*os = s;
+			}
+	}
+	if (best == UINT64_MAX)
+		return false;
+	o = &pool->ns[*oi];
+	f = o->slabs[*os].first_page;
+	l = f + o->slab_pages;
+	a = (f + ns->slab_align - 1) / ns->slab_align * ns->slab_align;
+	if (a + ns->slab_pages > l)
+		return false;
+	/* its extents: free, ours, or holding nothing but this slab */
+	for (uint64_t e = a / (ep ? ep : 1); ep &&
+	     e <= (a + ns->slab_pages - 1) / ep; e++) {
+		uint64_t lo = e * ep > f ? e * ep : f;
+		uint64_t hi = (e + 1) * ep < l ? (e + 1) * ep : l;
+
+		if (pool->ext_owner[e] != KVD_EXT_FREE &&
+		    pool->ext_owner[e] != (int32_t)ns->tenant &&
+		    pool->ext_used[e] > hi - lo)
+			return false;
+	}
+	return true;
+}
+
 /* Can @ns make one more slab at all (a free slot)? */
 static bool slab_slot_left(const struct kvd_ns *ns)
 {
@@ -499,18 +546,24 @@ static bool slab_slot_left(const struct kvd_ns *ns)
 static int ns_reclaim(struct kvd_ns *ns)
 {
 	struct kvd_pool *pool = ns->pool;
-	uint32_t before = pool->pages_used, first;
+	uint32_t before = pool->pages_used, first, vi, vs;
 	struct rwin w;
 	struct rmap m;
 
 	/* the only namespace: nothing to scan, it evicts its own leaf */
 	if (pool->nr_live_ns <= 1 || !pool->ns || !slab_slot_left(ns))
 		return 0;
+	first = kvd_prefix_lru_first(ns);
+	if (coldest_slab_fits(ns, &vi, &vs)) {
+		if (first == KVD_NIL ||
+		    ns->blocks[first].tick > pool->ns[vi].slabs[vs].tick)
+			pool->reclaims += slab_evict(&pool->ns[vi], vs);
+		return (int)(before - pool->pages_used);
+	}
 	if (rmap_init(&m, ns))
 		return 0;
 	if (!win_best(&m, &w) || !w.nv)
 		goto out;
-	first = kvd_prefix_lru_first(ns);
 	if (first != KVD_NIL && ns->blocks[first].tick < w.cost)
 		goto out;
 	for (uint32_t v = 0; v < w.nv; v++)
@@ -697,6 +750,17 @@ static uint32_t slab_blocks_at(const struct kvd_ns *ns, uint64_t page)
 			  (start + ns->block_bytes - 1) / ns->block_bytes);
 }
 
+/* The fewest blocks a new slab of @ns holds, wherever it starts. */
+static uint64_t slab_blocks_min(const struct kvd_ns *ns)
+{
+	uint64_t n = ns->slab_bytes / ns->block_bytes;
+
+	/* plain-page slabs lose a block to their two partial ends */
+	if (ns->slab_bytes % ns->block_bytes && n > 1)
+		n--;
+	return n;
+}
+
 /*
  * Blocks that new slabs in free pages alone give @ns, up to @nr, at most
  * @max slabs: first fit, as kvd_slab_new takes them, in extents that are
@@ -828,6 +892,13 @@ static int room_check(struct kvd_ns *ns, uint32_t nr)
 	/* The cheap bounds first: our leaves now on the LRU are evictable. */
 	if (have + ns->lru_len >= nr ||
 	    have + ns->lru_len + free_run_blocks(ns, nr - have, quota) >= nr)
+		return 0;
+	/*
+	 * One more slab at most: ns_reclaim evicts only for a slab it
+	 * hands us, and with it the request is served (our leaves make up
+	 * the rest); without one it evicts nothing of others. No rehearsal.
+	 */
+	if (quota && nr - have - ns->lru_len <= slab_blocks_min(ns))
 		return 0;
 	/* Alone on the pool: only our own evictions, undone on failure. */
 	if (ns->pool->nr_live_ns <= 1 || !ns->pool->ns) {
