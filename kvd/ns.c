@@ -862,16 +862,17 @@ static bool quota_short(const struct kvd_ns *ns, uint64_t have,
 /*
  * room_check - can @nr more blocks be had, before anything is evicted?
  * Free blocks in our slabs, our cached leaves, new slabs in free runs of
- * pages; if those fall short, a rehearsal of what block_alloc would do: our own
- * evictable cached blocks, and the runs ns_reclaim would free one after
- * the other (win_best over a scratch map; victims' pages and the mins
- * counted as they go). New slabs stop at the namespace's and the
- * tenant's max_pages. 0, else -EDQUOT when the quota stands in the way
- * (quota_short, or pages enough but past it), else -ENOSPC; -ENOMEM when
- * no scratch map can be had. So a
- * request that cannot succeed evicts nothing, of ours or of others. The
- * rehearsal is conservative where runs and victims straddle (a victim
- * slab's pages outside its run are not counted again).
+ * pages, or one slab from ns_reclaim at most; if those fall short, a
+ * rehearsal of what block_alloc would do: our own evictable cached
+ * blocks, and the runs ns_reclaim would free one after the other
+ * (win_best over a scratch map; victims' pages and the mins counted as
+ * they go). New slabs stop at the namespace's and the tenant's
+ * max_pages. 0, else -EDQUOT when the quota stands in the way
+ * (quota_short, or pages enough but past it), else -ENOSPC; -ENOMEM
+ * when no scratch map can be had. So a request that cannot succeed
+ * evicts nothing of others (and its own evictions are undone). The
+ * rehearsal errs on the side of refusing where runs and victims
+ * straddle (a victim slab's pages outside its run are not counted).
  */
 static int room_check(struct kvd_ns *ns, uint32_t nr)
 {
@@ -1017,7 +1018,8 @@ static int alloc_ids(struct kvd_ns *ns, struct kvd_holder *hr,
 /*
  * kvd_ns_alloc - @nr new blocks, each with one ref held by @hr; ids
  * written to @ids. All or nothing: -ENOSPC leaves the books unchanged,
- * -ENOMEM when the hold table is full, -E2BIG when nr exceeds max_blocks.
+ * -ENOMEM when the hold table is full (or no scratch memory for
+ * room_check), -E2BIG when nr exceeds max_blocks.
  */
 int kvd_ns_alloc(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		 uint32_t nr)
