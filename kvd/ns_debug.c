@@ -120,7 +120,8 @@ out:
  * kvd_ns_check - verify the books of @ns (tests, and kvd's invariant
  * mode): every block is exactly one of free / held / cached; ref counts
  * equal the holds recorded; counters, LRU (its order of last use too),
- * index and child counts agree.
+ * index and child counts agree, and each slab's held blocks, children in
+ * other slabs and newest use (what reclaim picks victims by).
  * Returns 0, or -EUCLEAN with *why naming the first broken rule.
  * O(blocks in slabs + holds).
  */
@@ -130,10 +131,11 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 	uint32_t owned = 0;
 	uint32_t *refs = calloc(ns->max_blocks, sizeof(*refs));
 	uint32_t *kids = calloc(ns->max_blocks, sizeof(*kids));
+	uint32_t *out = calloc(ns->max_slabs, sizeof(*out));
 	int ret = -EUCLEAN;
 
 #define FAIL(msg) do { *why = (msg); goto out; } while (0)
-	if (!refs || !kids) {
+	if (!refs || !kids || !out) {
 		*why = "out of memory";
 		ret = -ENOMEM;
 		goto out;
@@ -147,7 +149,7 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 
 	for (uint32_t s = 0; s < ns->slab_slots_used; s++) {
 		const struct kvd_slab *sl = &ns->slabs[s];
-		uint32_t nfree = sl->nr_blocks - sl->nr_carved;
+		uint32_t nfree = sl->nr_blocks - sl->nr_carved, held = 0;
 
 		for (uint32_t i = 0; sl->live && i < sl->nr_carved; i++) {
 			uint32_t id = sl->first_block + i;
@@ -172,8 +174,14 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 				FAIL("LRU membership is not 'cached leaf'");
 			if (b->committed && kvd_prefix_find(ns, &b->key) != id)
 				FAIL("a committed block is not in the index");
-			if (b->committed && b->parent != KVD_NIL)
+			if (b->committed && b->parent != KVD_NIL) {
 				kids[b->parent]++;
+				if (ns->blocks[b->parent].slab != s)
+					out[ns->blocks[b->parent].slab]++;
+			}
+			if (b->state == KVD_BLOCK_CACHED && b->tick > sl->tick)
+				FAIL("a slab's tick is older than its block's");
+			held += b->state == KVD_BLOCK_HELD;
 			used += b->state == KVD_BLOCK_HELD;
 			cached += b->state == KVD_BLOCK_CACHED;
 			committed += b->committed;
@@ -182,7 +190,12 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 		}
 		if (sl->live && nfree != sl->nr_free)
 			FAIL("a slab's free count is wrong");
+		if (sl->live && held != sl->nr_held)
+			FAIL("a slab's held count is wrong");
 	}
+	for (uint32_t s = 0; s < ns->slab_slots_used; s++)
+		if (ns->slabs[s].live && ns->slabs[s].nr_out != out[s])
+			FAIL("a slab's count of children elsewhere is wrong");
 	for (uint32_t s = 0; s < ns->slab_slots_used; s++) {
 		const struct kvd_slab *sl = &ns->slabs[s];
 
@@ -229,5 +242,6 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 out:
 	free(refs);
 	free(kids);
+	free(out);
 	return ret;
 }

@@ -84,6 +84,11 @@ struct kvd_slab {
 	uint32_t	nr_carved;	/* blocks [first, first + nr_carved) seen */
 	uint32_t	free_head;
 	uint32_t	prev, next;	/* partial list (live) or free slot list */
+	uint32_t	nr_held;	/* blocks with ref > 0 (ns.c) */
+	uint32_t	nr_out;		/* committed children, in other slabs,
+					 * of its blocks (prefix.c) */
+	uint64_t	tick;		/* newest release of a block of it
+					 * into the cache: its last use */
 	bool		live;
 };
 
@@ -112,6 +117,7 @@ void kvd_prefix_uncache(struct kvd_ns *ns, uint32_t id);
 void kvd_prefix_recache(struct kvd_ns *ns, uint32_t id);
 uint32_t kvd_prefix_lru_first(const struct kvd_ns *ns);
 int kvd_prefix_evict_one(struct kvd_ns *ns, uint32_t *id);
+void kvd_prefix_evict_leaf(struct kvd_ns *ns, uint32_t id);
 void kvd_prefix_unevict(struct kvd_ns *ns, uint32_t id);
 
 /* kvd/hold.c: the hold table */

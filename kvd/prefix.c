@@ -3,7 +3,9 @@
  * The prefix cache of a namespace: committed blocks indexed by their
  * block hash, ref-0 ones kept on an LRU for eviction. A leaf: it keeps
  * the index and the LRU in the blocks' books and knows nothing of holds
- * or slabs; what it evicts it returns, and ns.c reuses or frees it.
+ * or slabs (but for two counts of a slab's books that reclaim reads: its
+ * newest release and its links to children in other slabs); what it
+ * evicts it returns, and ns.c reuses or frees it.
  *
  * Keys. A client's block hash is mixed with the namespace's tenant key
  * (XXH3-128 keyed with a 192-byte secret derived from the tenant's whole
@@ -299,6 +301,23 @@ uint32_t kvd_prefix_lru_first(const struct kvd_ns *ns)
 	return id;
 }
 
+/*
+ * @id was linked to its parent (@d 1) or unlinked (@d -1): a parent in
+ * another slab counts it there, as that slab cannot be reclaimed whole
+ * (ns.c) while a child elsewhere still hangs from it (leaf first).
+ */
+static void link_count(struct kvd_ns *ns, uint32_t id, int d)
+{
+	const struct kvd_block *b = &ns->blocks[id];
+	uint32_t ps;
+
+	if (b->parent == KVD_NIL)
+		return;
+	ps = ns->blocks[b->parent].slab;
+	if (ps != b->slab)
+		ns->slabs[ps].nr_out += (uint32_t)d;
+}
+
 /* A committed block's last ref went: it stays, cached, at the MRU end. */
 void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id)
 {
@@ -307,6 +326,7 @@ void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id)
 	ns->pool->frees++;	/* evictable now: a waiting ALLOC may use it */
 	b->state = KVD_BLOCK_CACHED;
 	b->tick = ++ns->pool->clock;
+	ns->slabs[b->slab].tick = b->tick;	/* its slab's newest use */
 	ns->cached_blocks++;
 	if (!b->nr_children)
 		lru_add_new(ns, id);
@@ -346,6 +366,7 @@ static void evict(struct kvd_ns *ns, uint32_t id)
 
 	lru_del(ns, id);
 	index_del(ns, id);
+	link_count(ns, id, -1);
 	b->committed = false;
 	ns->committed_blocks--;
 	ns->cached_blocks--;
@@ -369,6 +390,13 @@ int kvd_prefix_evict_one(struct kvd_ns *ns, uint32_t *id)
 	return 0;
 }
 
+/* Evict @id, a cached leaf, for the reclaim of its whole slab (ns.c). */
+void kvd_prefix_evict_leaf(struct kvd_ns *ns, uint32_t id)
+{
+	kvd_warn_on_once(!ns->blocks[id].on_lru);
+	evict(ns, id);
+}
+
 /*
  * Undo evict(@id) for a request that failed: @id, not published since
  * and now ref 0 again, is cached under its old key, child of its old
@@ -384,6 +412,7 @@ void kvd_prefix_unevict(struct kvd_ns *ns, uint32_t id)
 	b->committed = true;
 	ns->committed_blocks++;
 	ns->evictions--;
+	link_count(ns, id, 1);
 	if (p != KVD_NIL && ns->blocks[p].nr_children++ == 0)
 		lru_del(ns, p);
 	kvd_prefix_recache(ns, id);
@@ -458,6 +487,7 @@ void kvd_prefix_publish(struct kvd_ns *ns, uint32_t id,
 	if (p == KVD_NIL || p == id)
 		return;
 	b->parent = p;
+	link_count(ns, id, 1);
 	if (ns->blocks[p].nr_children++ == 0)
 		lru_del(ns, p);	/* no longer a leaf */
 }

@@ -140,6 +140,8 @@ int kvd_slab_new(struct kvd_ns *ns)
 	slab->nr_free = slab->nr_blocks;
 	slab->nr_carved = 0;
 	slab->free_head = KVD_NIL;
+	slab->nr_held = slab->nr_out = 0;
+	slab->tick = 0;
 	slab->live = true;
 	ns->nr_slabs++;
 	ns->nr_blocks += slab->nr_blocks;
