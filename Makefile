@@ -132,7 +132,7 @@ $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)
 kvd_objs	= $(patsubst %,$(O)/obj/kvd/%.o,$(1))
 UNIT_LDLIBS	:= -lcmocka -luring -lxxhash -ldl -lm
 # The namespace layers (ns over prefix, hold, slab, over pool).
-UNIT_NS_OBJS	:= $(call kvd_objs,ns prefix hold slab pool log)
+UNIT_NS_OBJS	:= $(call kvd_objs,ns reclaim prefix hold slab pool log)
 # test_abi links nothing but itself.
 $(O)/tests/unit/test_config:	$(call kvd_objs,config conf_parse options)
 $(O)/tests/unit/test_options:	$(call kvd_objs,config conf_parse options)

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The namespace subsystem's insides, for its own files only (as the
- * kernel's mm/internal.h): the per-block books and the three lower
- * layers ns.c builds on. Calls go down only: ns_debug.c and ns.c call
- * into the three below; those call none of each other nor anything
- * above (slab.c calls pool.c, nothing else). What a lower layer finds
- * out (a block evicted, a slab made) it returns.
+ * kernel's mm/internal.h): the per-block books and the lower layers
+ * ns.c builds on. Calls go down only: ns_debug.c and ns.c call into
+ * those below; reclaim.c calls prefix.c and slab.c; the rest call none
+ * of each other nor anything above (slab.c calls pool.c, nothing else).
+ * What a lower layer finds out (a block evicted, a slab made) it returns.
  *
  *   ns_debug.c  read-only checks and dumps                (ns.h)
  *   ns.c        namespaces, refs, the operations           (ns.h)
+ *   reclaim.c   room for a request, reclaim across namespaces
  *   prefix.c    index + LRU of committed blocks: a leaf
  *   hold.c      the hold table: which client holds what: a leaf
  *   slab.c      slabs and block carving, over pool.c
@@ -119,6 +120,16 @@ uint32_t kvd_prefix_lru_first(const struct kvd_ns *ns);
 int kvd_prefix_evict_one(struct kvd_ns *ns, uint32_t *id);
 void kvd_prefix_evict_leaf(struct kvd_ns *ns, uint32_t id);
 void kvd_prefix_unevict(struct kvd_ns *ns, uint32_t id);
+
+/*
+ * kvd/reclaim.c: kvd_ns_room_check - can @nr new blocks be had for @ns
+ * (its free blocks, its own cached leaves, new slabs within its quotas,
+ * reclaim rehearsed)? 0, -EDQUOT, -ENOSPC, -ENOMEM; evicts nothing.
+ * kvd_ns_reclaim - free whole slabs of other namespaces (or this one's
+ * leaf) for one new slab of @ns: pages freed (> 0), or 0 when none can.
+ */
+int kvd_ns_room_check(struct kvd_ns *ns, uint32_t nr);
+int kvd_ns_reclaim(struct kvd_ns *ns);
 
 /* kvd/hold.c: the hold table */
 int kvd_holds_init(struct kvd_holds *hs, uint32_t cap);
