@@ -140,7 +140,7 @@ $(O)/tests/unit/test_cuda:	$(call kvd_objs,cuda extent pool log) $(O)/obj/libkvc
 $(O)/tests/unit/test_pool:	$(call kvd_objs,pool log)
 $(O)/tests/unit/test_ring:	$(call kvd_objs,ring opdef extent) $(UNIT_NS_OBJS)
 $(O)/tests/unit/test_ns $(O)/tests/unit/test_ns_stress: $(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
-$(O)/tests/unit/test_prefix:	$(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
+$(O)/tests/unit/test_prefix $(O)/tests/unit/test_reclaim: $(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
 $(O)/tests/unit/test_tenant:	$(UNIT_NS_OBJS) $(call kvd_objs,tenant config conf_parse options)
 # The kernels' references: through their library, as an engine links them.
 $(O)/tests/unit/test_kernels_attn $(O)/tests/unit/test_kernels_convert \
