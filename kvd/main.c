@@ -6,6 +6,7 @@
  * SIGTERM/SIGINT.
  */
 #include <errno.h>
+#include <libgen.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -220,6 +221,60 @@ err_close:
 }
 
 /*
+ * Does anything accept connections at @sa? Only a refused connect (or
+ * the file gone) says the socket is stale; anything else counts as live.
+ * A kvd killed a moment ago can still accept for a while: its io_uring
+ * holds the listening socket until the kernel tears the ring down after
+ * the process is gone. So a live answer is asked again for up to 1 s.
+ */
+static bool socket_alive(const struct sockaddr_un *sa)
+{
+	for (int i = 0; i < 20; i++) {
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC |
+				SOCK_NONBLOCK, 0);
+		bool alive;
+
+		if (fd < 0)
+			return true;
+		alive = connect(fd, (const struct sockaddr *)sa,
+				sizeof(*sa)) == 0 ||
+			(errno != ECONNREFUSED && errno != ENOENT);
+		close(fd);
+		if (!alive)
+			return false;
+		usleep(50 * 1000);
+	}
+	return true;
+}
+
+/*
+ * Do @a and @b name one file? Their directories resolved (realpath), so
+ * "x.sock", "./x.sock" and "d//x.sock" are one path; as written when a
+ * directory cannot be resolved (binding there fails anyway).
+ */
+static bool same_path(const char *a, const char *b)
+{
+	char *da = strdup(a), *db = strdup(b), *ra = NULL, *rb = NULL;
+	char *ca = strdup(a), *cb = strdup(b);
+	bool same = !strcmp(a, b);
+
+	if (!da || !db || !ca || !cb)
+		goto out;
+	ra = realpath(dirname(da), NULL);
+	rb = realpath(dirname(db), NULL);
+	if (ra && rb)
+		same = !strcmp(ra, rb) && !strcmp(basename(ca), basename(cb));
+out:
+	free(ra);
+	free(rb);
+	free(da);
+	free(db);
+	free(ca);
+	free(cb);
+	return same;
+}
+
+/*
  * Bind and listen on @path; @id gets the socket file's identity, so
  * that kvd removes at exit only the file it made (unbind_path()).
  */
@@ -243,7 +298,13 @@ static int listen_on(const char *path, mode_t mode, struct kvd_path_id *id)
 		kvd_err("socket: %m");
 		return -1;
 	}
-	/* We hold the lock: a socket left here is a dead kvd's. */
+	/* We hold the lock: a socket left here is a dead kvd's, unless
+	 * its lock file was removed under a live one: ask before taking. */
+	if (kind == 1 && socket_alive(&sa)) {
+		kvd_err("%s: a process is listening on it (a kvd whose lock file was removed?): refusing to replace it",
+			path);
+		goto err_close;
+	}
 	if (kind == 1 && unlink(path) && errno != ENOENT) {
 		kvd_err("cannot remove the stale socket %s: %m", path);
 		goto err_close;
@@ -379,8 +440,8 @@ static int load_conf(struct kvd *d)
 	if (!ret) {
 		if (!stat(path, &st) && (st.st_mode & 0004) &&
 		    d->conf.nr_tenants)
-			fprintf(stderr, "kvd: warning: %s holds tenant secrets and is readable by others (chmod 0640)\n",
-				path);
+			kvd_warn("%s holds tenant secrets and is readable by others (chmod 0640)",
+				 path);
 		d->conf_path = strdup(path);
 		if (!d->conf_path)
 			return -1;
@@ -494,7 +555,7 @@ int main(int argc, char **argv)
 	admin_path = d->cfg.admin_socket[0] ? strdup(d->cfg.admin_socket) :
 		     env && *env && !d->cfg.socket[0] ? strdup(env) :
 		     admin_beside(sock_path);
-	if (!admin_path || !strcmp(admin_path, sock_path)) {
+	if (!admin_path || same_path(admin_path, sock_path)) {
 		kvd_err("the admin socket must differ from the client socket");
 		goto out;
 	}

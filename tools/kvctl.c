@@ -7,6 +7,7 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
@@ -616,6 +617,14 @@ static bool not_up_yet(int err)
 	       err == -EAGAIN;
 }
 
+/* Something other than a socket at @path: no kvd will ever listen there. */
+static bool not_a_socket(const char *path)
+{
+	struct stat st;
+
+	return !lstat(path, &st) && !S_ISSOCK(st.st_mode);
+}
+
 /*
  * kvctl wait: ask @path for kvd's status every 50 ms until it answers
  * or @timeout_s pass, so that a script can start kvd and then use it.
@@ -636,7 +645,7 @@ static int kvctl_wait(struct kv_emit *e, const char *path, uint32_t timeout_s,
 		      reply_check(st, n, sizeof(struct kv_admin_ns));
 		if (!ret)
 			break;
-		if (!not_up_yet(ret)) {
+		if (!not_up_yet(ret) || not_a_socket(path)) {
 			call_failed(path, buf, n, ret);
 			return 1;
 		}

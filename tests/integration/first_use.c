@@ -80,6 +80,20 @@ static void test_first_use_wait(struct t_kvd *unused)
 		T_FAIL("kvctl wait with no kvd: %s", out);
 	T_ASSERT(t_now() - t0 >= 0.9 && t_now() - t0 < 4);
 
+	/* a file that is not a socket: no kvd will come, no wait */
+	{
+		FILE *nf = fopen(k.admin, "w");
+
+		T_ASSERT(nf && !fclose(nf));
+	}
+	t0 = t_now();
+	snprintf(cmd, sizeof(cmd), "'%s' -a '%s' wait --timeout 5",
+		 t_bin("kvctl"), k.admin);
+	if (t_sh(cmd, out, sizeof(out)) != 1 || !strstr(out, k.admin))
+		T_FAIL("kvctl wait on a file: %s", out);
+	T_ASSERT(t_now() - t0 < 2);
+	unlink(k.admin);
+
 	/* started before kvd, it waits for it */
 	snprintf(cmd, sizeof(cmd), "'%s' -a '%s' wait --timeout 20 --json",
 		 t_bin("kvctl"), k.admin);

@@ -189,6 +189,49 @@ static void test_socket_path_replaces_stale(void)
 	t_kvd_stop(&k);
 }
 
+/*
+ * A live kvd's socket whose lock file is gone (a tmp cleaner): a second
+ * kvd must not take the path from under it (it used to unlink the
+ * socket, and the first kvd's clients got ENOENT).
+ */
+static void test_socket_path_keeps_live_socket(void)
+{
+	char admin2[160], lock[160], err[4096];
+	struct t_kvd k;
+	struct stat st;
+	int rc;
+
+	t_kvd_start(&k, "16M", NULL);
+	snprintf(lock, sizeof(lock), "%s.lock", k.sock);
+	T_EQ(unlink(lock), 0);
+	snprintf(admin2, sizeof(admin2), "%s/admin2.sock", k.dir);
+	rc = t_kvd_run(k.sock, admin2, err, sizeof(err));
+	if (rc == 0 || !strstr(err, k.sock) || !strstr(err, "listening"))
+		T_FAIL("second kvd exit %d on a live socket, stderr:\n%s", rc,
+		       err);
+	T_ASSERT(!lstat(k.sock, &st) && S_ISSOCK(st.st_mode));
+	t_kvd_stop(&k);
+}
+
+/* One file spelled two ways is one path: not a second kvd's lock. */
+static void test_socket_path_same_file_two_spellings(void)
+{
+	char sock[128], admin[160], err[4096];
+	int rc;
+
+	snprintf(sock, sizeof(sock), "%s/x.sock", dir);
+	snprintf(admin, sizeof(admin), "%s/./x.sock", dir);
+	rc = t_kvd_run(sock, admin, err, sizeof(err));
+	if (rc == 0 || !strstr(err, "must differ"))
+		T_FAIL("kvd exit %d on %s and %s, stderr:\n%s", rc, sock,
+		       admin, err);
+	snprintf(admin, sizeof(admin), "%s//x.sock", dir);
+	rc = t_kvd_run(sock, admin, err, sizeof(err));
+	if (rc == 0 || !strstr(err, "must differ"))
+		T_FAIL("kvd exit %d on %s and %s, stderr:\n%s", rc, sock,
+		       admin, err);
+}
+
 static void t_rm_dir(void)
 {
 	char cmd[128];
@@ -208,8 +251,10 @@ int main(void)
 	atexit(t_rm_dir);
 	test_socket_path_refuses_files();
 	test_socket_path_refuses_lock_link();
+	test_socket_path_same_file_two_spellings();
 	t_rm_dir();
 	test_socket_path_exit_keeps_replacement();
 	test_socket_path_replaces_stale();
+	test_socket_path_keeps_live_socket();
 	return 0;
 }
