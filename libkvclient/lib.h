@@ -70,6 +70,7 @@ struct kv_client {
 int __kv_wait(struct kv_client *c, int64_t timeout_ns);
 int __kv_recv_extents(struct kv_client *c);
 int __kv_reset(struct kv_client *c);
+bool __kv_kvd_gone(struct kv_client *c);
 void __kv_extents_pending(struct kv_client *c);
 int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto);
 

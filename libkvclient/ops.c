@@ -24,16 +24,20 @@ static void reap_orphans(struct kv_client *c)
 	}
 }
 
-/* May a sync call use the data area now? A dead client says so first:
- * the request kvd never answered still counts as in flight. */
+/*
+ * May a sync call use the data area now? A dead client says so first:
+ * the request kvd never answered still counts as in flight. So does a
+ * timed-out one parked in kvd when kvd ended us: its completion never
+ * comes, so -EBUSY only while kvd is still there.
+ */
 static int sync_ready(struct kv_client *c)
 {
 	if (c->dead)
 		return __kv_reset(c);
 	reap_orphans(c);
-	if (c->inflight || c->sq_tail != c->sq_submitted)
-		return -EBUSY;
-	return 0;
+	if (!c->inflight && c->sq_tail == c->sq_submitted)
+		return 0;
+	return __kv_kvd_gone(c) ? __kv_reset(c) : -EBUSY;
 }
 
 int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto)

@@ -79,6 +79,19 @@ int __kv_reset(struct kv_client *c)
 	return -ECONNRESET;
 }
 
+/*
+ * Is kvd gone? A non-blocking read of the control socket, where kvd
+ * writes only EXTENT messages: a hang-up (kvd ended us, or went) reads
+ * end-of-file and marks the client dead. For calls that would otherwise
+ * wait on, or refuse for, a completion that may never come.
+ */
+bool __kv_kvd_gone(struct kv_client *c)
+{
+	if (!c->dead)
+		__kv_recv_extents(c);
+	return c->dead;
+}
+
 int kv_submit(struct kv_client *c)
 {
 	uint32_t n = c->sq_tail - c->sq_submitted;
@@ -275,11 +288,9 @@ int kv_heartbeat(struct kv_client *c)
 	if (!c)
 		return -EINVAL;
 	/* kvd ended us (the lease ran out while we were stopped, kvctl
-	 * disconnect): the socket reads end-of-file */
-	if (!c->dead && __kv_recv_extents(c) == -ECONNRESET)
-		c->dead = true;
-	if (c->dead)
-		return -ECONNRESET;
+	 * disconnect): told as any call tells it, so addresses go too */
+	if (__kv_kvd_gone(c))
+		return __kv_reset(c);
 	return beat(c, now_ns());
 }
 
