@@ -24,10 +24,11 @@
 #include "tenant.h"
 
 /*
- * The per-uid tenant idle longest (by its last HELLO): no client, no
- * page, no live namespace. A live namespace keeps its tenant, whatever
- * it holds: cached blocks hit only under that tenant's key and index.
- * Tenants of kvd.conf are never taken.
+ * The tenant idle longest (by its last HELLO): no client, no page, no
+ * live namespace. A live namespace keeps its tenant, whatever it holds:
+ * cached blocks hit only under that tenant's key and index. Per-uid
+ * tenants, and those a reload removed from kvd.conf; never one still in
+ * the file.
  */
 static struct kvd_tenant *tenant_idle(struct kvd *d)
 {
@@ -40,8 +41,8 @@ static struct kvd_tenant *tenant_idle(struct kvd *d)
 	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++) {
 		struct kvd_tenant *t = &d->tenants[i];
 
-		if (!t->live || t->configured || busy[i] || t->nr_clients ||
-		    t->acct.pages)
+		if (!t->live || (t->configured && t->in_conf) || busy[i] ||
+		    t->nr_clients || t->acct.pages)
 			continue;
 		if (!old || t->hello_ns < old->hello_ns)
 			old = t;
@@ -68,7 +69,7 @@ static void tenant_forget(struct kvd *d, struct kvd_tenant *t)
 	explicit_bzero(t, sizeof(*t));
 }
 
-/* A slot for a new tenant: a free one, else the longest idle uid's. */
+/* A slot for a new tenant: a free one, else the longest idle one's. */
 static struct kvd_tenant *tenant_slot(struct kvd *d)
 {
 	struct kvd_tenant *t = NULL;
@@ -134,7 +135,8 @@ static void tenant_set(struct kvd_tenant *t, const struct kvd_tenant_conf *tc)
 /*
  * Apply the tenants of d->conf: update those kept (quota now, secret for
  * namespaces created from now on), add new ones; tenants that left the
- * file keep their clients but admit no new one.
+ * file keep their clients but admit no new one, and give their slot up
+ * once idle (tenant_idle).
  */
 void kvd_tenants_apply(struct kvd *d)
 {

@@ -166,6 +166,7 @@ static void test_tenant_uid_slot_reuse(void **state)
 	d->tenants[client].nr_clients = 1;
 	d->tenants[paged].acct.pages = 1;
 	d->tenants[conf].configured = true;
+	d->tenants[conf].in_conf = true;
 	d->ns[1].kept.used = true;
 	d->ns[1].kept.tenant = idle;
 	d->ns[0].kept.used = true;
@@ -206,12 +207,48 @@ static void test_tenant_uid_slot_reuse(void **state)
 	free(ref);
 }
 
+/*
+ * Tenants a reload removed from kvd.conf give their slots up once idle:
+ * 300 reloads, each naming one new tenant, all get a slot; a removed
+ * tenant that still has a client keeps its slot.
+ */
+static void test_tenant_conf_removed_slot_reuse(void **state)
+{
+	struct kvd *d = kvd_new(0);
+	struct kvd_tenant_conf tc;
+	char name[16];
+	bool found;
+
+	(void)state;
+	d->conf.tenants = &tc;
+	d->conf.nr_tenants = 1;
+	conf_tenant(&tc, "kept", 0x44, KVD_CONF_SECRET_MIN);
+	kvd_tenants_apply(d);
+	assert_true(d->tenants[0].live);
+	d->tenants[0].nr_clients = 1;
+	for (unsigned n = 0; n < 300; n++) {
+		snprintf(name, sizeof(name), "t%u", n);
+		conf_tenant(&tc, name, 0x44, KVD_CONF_SECRET_MIN);
+		kvd_tenants_apply(d);
+		found = false;
+		for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++)
+			found |= d->tenants[i].live && d->tenants[i].in_conf &&
+				 !strcmp(d->tenants[i].name, name);
+		assert_true(found);
+	}
+	assert_string_equal(d->tenants[0].name, "kept");
+	assert_false(d->tenants[0].in_conf);
+	kvd_tenants_exit(d);
+	free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_tenant_uid_key_whole_secret),
 		cmocka_unit_test(test_tenant_conf_key_whole_secret),
 		cmocka_unit_test(test_tenant_uid_slot_reuse),
+		cmocka_unit_test(test_tenant_conf_removed_slot_reuse),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
