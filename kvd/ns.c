@@ -142,6 +142,21 @@ static void counters_keep(struct kvd_ns *ns)
 }
 
 /*
+ * kvd_ns_kept_drop - forget the kept counters of tenant index @tenant in
+ * every slot of @pool: its slot goes to another uid (kvd/tenant.c), who
+ * must not take up its counters.
+ */
+void kvd_ns_kept_drop(struct kvd_pool *pool, uint32_t tenant)
+{
+	for (uint32_t i = 0; pool->ns && i < pool->nr_ns; i++) {
+		struct kvd_ns_kept *k = &pool->ns[i].kept;
+
+		if (k->used && k->tenant == tenant)
+			memset(k, 0, sizeof(*k));
+	}
+}
+
+/*
  * Slab bytes that hold no block, per million, over the live slabs (or
  * for one slab at pool offset 0 when there is none yet).
  */

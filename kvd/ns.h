@@ -159,6 +159,7 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 		const struct kv_geometry *g, uint32_t tenant,
 		const struct kvd_tenant_key *key);
 void kvd_ns_exit(struct kvd_ns *ns);
+void kvd_ns_kept_drop(struct kvd_pool *pool, uint32_t tenant);
 bool kvd_ns_match(const struct kvd_ns *ns, const char *model_id,
 		  const char *model_rev, const struct kv_geometry *g,
 		  uint32_t tenant);

@@ -42,6 +42,7 @@ int kvd_pool_init(struct kvd_pool *pool, uint32_t nr_pages);
 void kvd_pool_exit(struct kvd_pool *pool);
 #define KVD_EXT_FREE	(-1)
 #define KVD_EXT_ANY	(-2)	/* owner argument: ignore ownership */
+#define KVD_EXT_GONE	(-3)	/* ext_last: a tenant whose slot was reused */
 
 int kvd_pool_set_extents(struct kvd_pool *pool, uint32_t extent_pages);
 int64_t kvd_pool_alloc_run(struct kvd_pool *pool, uint32_t nr, uint32_t align);

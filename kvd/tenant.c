@@ -8,9 +8,11 @@
  * and a peer in no tenant is refused. The tenant's secret comes from the
  * file, so its cache keys are stable across restarts. Without tenants,
  * every uid is a tenant of its own, keyed by kvd's 32-byte secret drawn
- * at start and the uid. Either way the whole secret goes into the key
- * (kvd_key_derive), which lives in the tenant and its namespaces only
- * and is zeroed when dropped.
+ * at start and the uid; its slot is reused for another uid once it is
+ * idle (no client, no page, no live namespace: tenant_idle), and nothing
+ * keyed by the slot's index passes on (tenant_forget). Either way the
+ * whole secret goes into the key (kvd_key_derive), which lives in the
+ * tenant and its namespaces only and is zeroed when dropped.
  */
 #include <errno.h>
 #include <string.h>
@@ -21,12 +23,71 @@
 #include "daemon.h"
 #include "tenant.h"
 
+/*
+ * The tenant idle longest (by its last HELLO): no client, no page, no
+ * live namespace. A live namespace keeps its tenant, whatever it holds:
+ * cached blocks hit only under that tenant's key and index. Per-uid
+ * tenants, and those a reload removed from kvd.conf; never one still in
+ * the file.
+ */
+static struct kvd_tenant *tenant_idle(struct kvd *d)
+{
+	bool busy[KVD_MAX_TENANTS] = { false };
+	struct kvd_tenant *old = NULL;
+
+	for (uint32_t i = 0; d->ns && i < d->cfg.max_namespaces; i++)
+		if (d->ns[i].live && d->ns[i].tenant < KVD_MAX_TENANTS)
+			busy[d->ns[i].tenant] = true;
+	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++) {
+		struct kvd_tenant *t = &d->tenants[i];
+
+		if (!t->live || (t->configured && t->in_conf) || busy[i] ||
+		    t->nr_clients || t->acct.pages)
+			continue;
+		if (!old || t->hello_ns < old->hello_ns)
+			old = t;
+	}
+	return old;
+}
+
+/*
+ * Forget idle tenant @t before its slot goes to another: nothing keyed
+ * by its index may pass to the next. Its kept prefix-cache counters go;
+ * free extents still holding its bytes are marked no tenant's, so that
+ * the next to claim one gets fresh memory (kvd_extent_claim) and no
+ * client is sent it as its own (ext_news).
+ */
+static void tenant_forget(struct kvd *d, struct kvd_tenant *t)
+{
+	struct kvd_pool *pool = &d->pool;
+
+	kvd_info("tenant %u (%s): idle, slot reused", t->id, t->name);
+	kvd_ns_kept_drop(pool, t->id);
+	for (uint32_t e = 0; pool->ext_last && e < pool->nr_extents; e++)
+		if (pool->ext_last[e] == (int32_t)t->id)
+			pool->ext_last[e] = KVD_EXT_GONE;
+	explicit_bzero(t, sizeof(*t));
+}
+
+/* A slot for a new tenant: a free one, else the longest idle one's. */
 static struct kvd_tenant *tenant_slot(struct kvd *d)
 {
-	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++)
+	struct kvd_tenant *t = NULL;
+
+	for (uint32_t i = 0; i < KVD_MAX_TENANTS && !t; i++)
 		if (!d->tenants[i].live)
-			return &d->tenants[i];
-	return NULL;
+			t = &d->tenants[i];
+	if (!t) {
+		t = tenant_idle(d);
+		if (t)
+			tenant_forget(d, t);
+	}
+	if (t) {
+		memset(t, 0, sizeof(*t));
+		t->live = true;
+		t->id = (uint32_t)(t - d->tenants);
+	}
+	return t;
 }
 
 static struct kvd_tenant *tenant_named(struct kvd *d, const char *name)
@@ -74,7 +135,8 @@ static void tenant_set(struct kvd_tenant *t, const struct kvd_tenant_conf *tc)
 /*
  * Apply the tenants of d->conf: update those kept (quota now, secret for
  * namespaces created from now on), add new ones; tenants that left the
- * file keep their clients but admit no new one.
+ * file keep their clients but admit no new one, and give their slot up
+ * once idle (tenant_idle).
  */
 void kvd_tenants_apply(struct kvd *d)
 {
@@ -91,9 +153,6 @@ void kvd_tenants_apply(struct kvd *d)
 				kvd_warn("tenant %s: no tenant slot left", tc->name);
 				continue;
 			}
-			memset(t, 0, sizeof(*t));
-			t->live = true;
-			t->id = (uint32_t)(t - d->tenants);
 		}
 		tenant_set(t, tc);
 		t->in_conf = true;
@@ -117,7 +176,8 @@ void kvd_tenants_apply(struct kvd *d)
 /*
  * kvd_tenant_of - the tenant of a peer with @uid, @gid and @groups.
  * Returns its index, or -EACCES with *why set when tenants are configured
- * and none lists the peer, or -ENOSPC when no tenant slot is left.
+ * and none lists the peer, or -ENOSPC when every tenant slot is taken by
+ * a tenant of kvd.conf or one still in use (tenant_idle).
  */
 int kvd_tenant_of(struct kvd *d, uint32_t uid, uint32_t gid,
 		  const uint32_t *groups, uint32_t nr_groups, const char **why)
@@ -136,17 +196,17 @@ int kvd_tenant_of(struct kvd *d, uint32_t uid, uint32_t gid,
 	}
 	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++) {
 		t = &d->tenants[i];
-		if (t->live && !t->configured && t->uid == uid)
+		if (t->live && !t->configured && t->uid == uid) {
+			t->hello_ns = kvd_now_ns();
 			return (int)i;
+		}
 	}
 	t = tenant_slot(d);
 	if (!t) {
 		*why = "no tenant slot left";
 		return -ENOSPC;
 	}
-	memset(t, 0, sizeof(*t));
-	t->live = true;
-	t->id = (uint32_t)(t - d->tenants);
+	t->hello_ns = kvd_now_ns();
 	t->uid = uid;
 	snprintf(t->name, sizeof(t->name), "uid:%u", uid);
 	uid_key(d, t, uid);

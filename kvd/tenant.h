@@ -22,6 +22,7 @@ struct kvd_tenant {
 	struct kvd_tenant_key key;	/* mixed into its cache keys */
 	struct kvd_acct	acct;		/* pages of all its namespaces */
 	uint32_t	nr_clients;
+	uint64_t	hello_ns;	/* a per-uid tenant's last HELLO */
 };
 
 struct kvd;
