@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,36 @@
 
 static bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res,
 			      bool more);
+
+/*
+ * Each kind of rate-limited message (daemon.h) and what it is about;
+ * @label: name them (start); else report what each suppressed, once its
+ * second has passed or, with @now, at once (exit).
+ */
+static void ratelimits(struct kvd *d, bool label, bool now)
+{
+	static const struct {
+		size_t		off;
+		const char	*what;
+	} rl[] = {
+		{ offsetof(struct kvd, rl_full),
+		  "clients or admin peers refused for lack of room" },
+		{ offsetof(struct kvd, rl_kill),
+		  "clients or peers refused or disconnected" },
+		{ offsetof(struct kvd, rl_accept), "failed accepts" },
+		{ offsetof(struct kvd, rl_ext), "extents that could not be backed" },
+		{ offsetof(struct kvd, rl_quota), "requests refused by a quota" },
+	};
+
+	for (size_t i = 0; i < sizeof(rl) / sizeof(rl[0]); i++) {
+		struct kvd_ratelimit *r = (void *)((char *)d + rl[i].off);
+
+		if (label)
+			r->what = rl[i].what;
+		else
+			kvd_ratelimit_flush(r, now);
+	}
+}
 
 /* Set up @ops and arm the daemon's own ops through it. */
 static int loop_start(struct kvd *d, const struct kvd_loop_ops *ops)
@@ -53,6 +84,7 @@ static int loop_start(struct kvd *d, const struct kvd_loop_ops *ops)
 		ret = kvd_loop_arm_tick(d);
 	if (!ret) {
 		d->tick_ns = kvd_now_ns();	/* the first tick's lateness */
+		ratelimits(d, true, false);
 		return 0;
 	}
 	ops->exit(d);
@@ -93,8 +125,10 @@ int kvd_loop_init(struct kvd *d)
 
 void kvd_loop_exit(struct kvd *d)
 {
-	if (d->loop)
-		d->loop->exit(d);
+	if (!d->loop)
+		return;
+	d->loop->exit(d);
+	ratelimits(d, false, true);	/* the last word on each kind */
 }
 
 /* A signal was read (@res bytes, or -errno) into d->sigbuf. */
@@ -182,6 +216,7 @@ static void on_tick(struct kvd *d)
 	kvd_admin_tick(d);
 	kvd_extents_tick(d);
 	resume_accept(d);
+	ratelimits(d, false, false);
 }
 
 static void on_client(struct kvd *d, int type, uint32_t slot, uint32_t gen,
