@@ -451,13 +451,22 @@ void kvd_admin_recv_done(struct kvd *d, uint32_t slot, int res)
 	a->fd = -1;
 }
 
-/* Periodic: a connection silent for 1 s is shut down; its recv ends. */
+/*
+ * Periodic: a connection silent for 1 s is shut down; its recv ends. Not
+ * on a late tick (d->tick_stall_ns): its request may wait in this batch.
+ */
 void kvd_admin_tick(struct kvd *d)
 {
 	uint64_t now = kvd_now_ns();
 
-	for (uint32_t i = 0; i < KVD_MAX_ADMIN; i++)
-		if (d->adm[i].fd >= 0 &&
-		    now - d->adm[i].t_accept_ns > 1000000000ULL)
-			shutdown(d->adm[i].fd, SHUT_RDWR);
+	for (uint32_t i = 0; i < KVD_MAX_ADMIN; i++) {
+		struct kvd_admin_conn *a = &d->adm[i];
+
+		if (a->fd < 0)
+			continue;
+		if (d->tick_stall_ns)
+			a->t_accept_ns += d->tick_stall_ns;
+		else if (now - a->t_accept_ns > 1000000000ULL)
+			shutdown(a->fd, SHUT_RDWR);
+	}
 }

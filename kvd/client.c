@@ -488,6 +488,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	c->seen_ns = kvd_now_ns();
 	c->seen_ops = c->ops;
 	c->seen_cq_head = KV_READ_ONCE(*c->cq_khead);
+	c->seen_sq_tail = KV_READ_ONCE(*c->sq_ktail);
 	c->live_idx = d->nr_clients;
 	d->live[d->nr_clients] = c->slot;
 	d->nr_pending--;
@@ -675,21 +676,31 @@ static void clients_pid_tick(struct kvd *d)
 
 /*
  * Has @c, which holds a lease, made a call since the last tick? SQEs
- * served or CQEs reaped count, and so does an SQE waiting in kvd for
- * blocks (kv_alloc_wait): the client waits for kvd, not kvd for it. A
- * doorbell (any call that woke kvd, kv_heartbeat) stamps seen_ns as it
- * is read. Past its lease it is ended and its blocks released: it is
- * stopped or hung, and an operator could not get them back otherwise.
+ * written (the SQ tail moved, served or not yet: a parked ring's doorbell
+ * may wait behind this tick), served or CQEs reaped count, and so does
+ * an SQE waiting in kvd for blocks (kv_alloc_wait): the client waits for
+ * kvd, not kvd for it. A doorbell (any call that woke kvd, kv_heartbeat)
+ * stamps seen_ns as it is read. Past its lease it is ended and its
+ * blocks released: it is stopped or hung, and an operator could not get
+ * them back otherwise. Only time kvd ran counts (@stall: see on_tick).
  */
-static void lease_check(struct kvd *d, struct kvd_client *c, uint64_t now)
+static void lease_check(struct kvd *d, struct kvd_client *c, uint64_t now,
+			uint64_t stall)
 {
 	uint32_t head = KV_READ_ONCE(*c->cq_khead);
+	uint32_t tail = KV_READ_ONCE(*c->sq_ktail);
 	char why[96];
 
-	if (c->ops != c->seen_ops || head != c->seen_cq_head || c->nr_waits) {
+	if (c->ops != c->seen_ops || head != c->seen_cq_head ||
+	    tail != c->seen_sq_tail || c->nr_waits) {
 		c->seen_ops = c->ops;
 		c->seen_cq_head = head;
+		c->seen_sq_tail = tail;
 		c->seen_ns = now;
+		return;
+	}
+	if (stall) {
+		c->seen_ns = now - c->seen_ns > stall ? c->seen_ns + stall : now;
 		return;
 	}
 	if (now - c->seen_ns <= c->lease_ms * 1000000ULL)
@@ -703,22 +714,26 @@ static void lease_check(struct kvd *d, struct kvd_client *c, uint64_t now)
 
 /*
  * Periodic: drop clients that never said HELLO, whose process exited or
- * whose lease expired; send extents that did not fit.
+ * whose lease expired; send extents that did not fit. A late tick
+ * (d->tick_stall_ns) times nobody out: their HELLO or call may wait in
+ * this very batch of completions.
  */
 void kvd_clients_tick(struct kvd *d)
 {
-	uint64_t now = kvd_now_ns();
+	uint64_t now = kvd_now_ns(), stall = d->tick_stall_ns;
 
 	clients_pid_tick(d);
 
 	for (uint32_t i = 0; i < d->nr_slots; i++) {
 		struct kvd_client *c = &d->clients[i];
 
-		if (c->state == KVD_CLIENT_HELLO &&
+		if (c->state == KVD_CLIENT_HELLO && stall)
+			c->t_accept_ns += stall;
+		else if (c->state == KVD_CLIENT_HELLO &&
 		    now - c->t_accept_ns > d->cfg.hello_timeout_ms * 1000000ULL)
 			kvd_client_kill(d, c, "no HELLO in time");
 		else if (c->state == KVD_CLIENT_LIVE && c->lease_ms)
-			lease_check(d, c, now);
+			lease_check(d, c, now, stall);
 		if (c->state == KVD_CLIENT_LIVE && c->ext_behind)
 			kvd_extents_send(d, c);
 	}

@@ -80,11 +80,12 @@ struct kvd_client {
 	/*
 	 * Its lease (HELLO lease_ms, 0: none): it promised a call at least
 	 * this often. seen_ns: when kvd last saw one (the doorbell rang,
-	 * SQEs served, CQEs reaped, or an SQE waiting in kvd), checked on
-	 * the tick against seen_ops and seen_cq_head.
+	 * SQEs written or served, CQEs reaped, or an SQE waiting in kvd),
+	 * checked on the tick against seen_sq_tail, seen_ops, seen_cq_head.
 	 */
 	uint32_t	lease_ms;
 	uint32_t	seen_cq_head;
+	uint32_t	seen_sq_tail;
 	uint64_t	seen_ns;
 	uint64_t	seen_ops;
 

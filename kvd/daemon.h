@@ -73,6 +73,13 @@ struct kvd {
 	uint8_t		secret[KVD_SECRET_BYTES];
 
 	bool		accept_paused[2];	/* out of fds: re-armed by the tick */
+	/*
+	 * tick_ns: when the last tick ran. tick_stall_ns: by how much this
+	 * tick came late (kvd stopped, swapped, starved), 0 if on time: kvd
+	 * saw no call meanwhile, so time-outs skip it (loop.c, on_tick).
+	 */
+	uint64_t	tick_ns;
+	uint64_t	tick_stall_ns;
 	struct kvd_ratelimit rl_full, rl_kill, rl_accept, rl_ext;
 	struct kvd_ratelimit rl_quota;	/* -EDQUOT refusals (opdef.c) */
 	uint8_t		sigbuf[128];	/* struct signalfd_siginfo */

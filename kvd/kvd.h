@@ -68,12 +68,18 @@ struct kvd_path_id {
 	bool		bound;
 };
 
-/* At most 10 messages a second per site; counts what it suppressed. */
+/*
+ * At most 10 messages a second of one kind; counts what it suppressed and
+ * says so, naming the kind (what: "refused clients", ...), once the
+ * second has passed: at the next message, else kvd_ratelimit_flush().
+ */
 struct kvd_ratelimit {
+	const char	*what;
 	uint64_t	t0_ns;
 	uint32_t	printed;
 	uint32_t	missed;
 };
 bool kvd_ratelimit(struct kvd_ratelimit *rl);
+void kvd_ratelimit_flush(struct kvd_ratelimit *rl, bool now);
 
 #endif /* KVD_KVD_H */

@@ -65,17 +65,24 @@ uint64_t kvd_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* Say how many messages of @rl's kind were suppressed, if any. */
+static void rl_report(struct kvd_ratelimit *rl)
+{
+	if (!rl->missed)
+		return;
+	kvd_log(KVD_LOG_WARN, "%u more messages (%s) suppressed",
+		rl->missed, rl->what ? rl->what : "of one kind");
+	rl->missed = 0;
+}
+
 bool kvd_ratelimit(struct kvd_ratelimit *rl)
 {
 	uint64_t now = kvd_now_ns();
 
 	if (now - rl->t0_ns > 1000000000ULL) {
-		if (rl->missed)
-			kvd_log(KVD_LOG_WARN, "%u messages like the next suppressed",
-				rl->missed);
+		rl_report(rl);
 		rl->t0_ns = now;
 		rl->printed = 0;
-		rl->missed = 0;
 	}
 	if (rl->printed < 10) {
 		rl->printed++;
@@ -83,4 +90,15 @@ bool kvd_ratelimit(struct kvd_ratelimit *rl)
 	}
 	rl->missed++;
 	return false;
+}
+
+/*
+ * kvd_ratelimit_flush - report @rl's suppressed count once its second
+ * has passed (the tick), or at once if @now (exit): a burst followed by
+ * silence must not hide how much it said.
+ */
+void kvd_ratelimit_flush(struct kvd_ratelimit *rl, bool now)
+{
+	if (rl->missed && (now || kvd_now_ns() - rl->t0_ns > 1000000000ULL))
+		rl_report(rl);
 }

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,36 @@
 static bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res,
 			      bool more);
 
+/*
+ * Each kind of rate-limited message (daemon.h) and what it is about;
+ * @label: name them (start); else report what each suppressed, once its
+ * second has passed or, with @now, at once (exit).
+ */
+static void ratelimits(struct kvd *d, bool label, bool now)
+{
+	static const struct {
+		size_t		off;
+		const char	*what;
+	} rl[] = {
+		{ offsetof(struct kvd, rl_full),
+		  "clients or admin peers refused for lack of room" },
+		{ offsetof(struct kvd, rl_kill),
+		  "clients or peers refused or disconnected" },
+		{ offsetof(struct kvd, rl_accept), "failed accepts" },
+		{ offsetof(struct kvd, rl_ext), "extents that could not be backed" },
+		{ offsetof(struct kvd, rl_quota), "requests refused by a quota" },
+	};
+
+	for (size_t i = 0; i < sizeof(rl) / sizeof(rl[0]); i++) {
+		struct kvd_ratelimit *r = (void *)((char *)d + rl[i].off);
+
+		if (label)
+			r->what = rl[i].what;
+		else
+			kvd_ratelimit_flush(r, now);
+	}
+}
+
 /* Set up @ops and arm the daemon's own ops through it. */
 static int loop_start(struct kvd *d, const struct kvd_loop_ops *ops)
 {
@@ -51,8 +82,11 @@ static int loop_start(struct kvd *d, const struct kvd_loop_ops *ops)
 		ret = kvd_loop_arm_signal(d);
 	if (!ret)
 		ret = kvd_loop_arm_tick(d);
-	if (!ret)
+	if (!ret) {
+		d->tick_ns = kvd_now_ns();	/* the first tick's lateness */
+		ratelimits(d, true, false);
 		return 0;
+	}
 	ops->exit(d);
 out:
 	d->loop = NULL;
@@ -91,8 +125,10 @@ int kvd_loop_init(struct kvd *d)
 
 void kvd_loop_exit(struct kvd *d)
 {
-	if (d->loop)
-		d->loop->exit(d);
+	if (!d->loop)
+		return;
+	d->loop->exit(d);
+	ratelimits(d, false, true);	/* the last word on each kind */
 }
 
 /* A signal was read (@res bytes, or -errno) into d->sigbuf. */
@@ -153,13 +189,34 @@ static void resume_accept(struct kvd *d)
 		d->accept_paused[1] = false;
 }
 
+/*
+ * A tick later than two periods: kvd itself did not run (SIGSTOP, swap,
+ * a starved CPU), so it could see no call. Time-outs of clients and
+ * admin peers must not count that time: the calls made meanwhile wait,
+ * maybe behind this very tick in the same batch of completions.
+ */
+static void tick_measure(struct kvd *d)
+{
+	uint64_t now = kvd_now_ns(), period = KVD_TICK_MS * 1000000ULL;
+
+	d->tick_stall_ns = 0;
+	if (now - d->tick_ns > 2 * period)
+		d->tick_stall_ns = now - d->tick_ns - period;
+	d->tick_ns = now;
+}
+
 /* Every KVD_TICK_MS. */
 static void on_tick(struct kvd *d)
 {
+	tick_measure(d);
+	if (d->tick_stall_ns)
+		kvd_info("kvd did not run for %llu ms: time-outs skip that time",
+			 (unsigned long long)(d->tick_stall_ns / 1000000));
 	kvd_clients_tick(d);
 	kvd_admin_tick(d);
 	kvd_extents_tick(d);
 	resume_accept(d);
+	ratelimits(d, false, false);
 }
 
 static void on_client(struct kvd *d, int type, uint32_t slot, uint32_t gen,

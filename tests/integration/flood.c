@@ -6,7 +6,8 @@
  * at once is served, on either event loop. A client kvd cannot take gets
  * -EAGAIN with a reason, never a bare reset. Messages about refused
  * peers are rate-limited: a burst of admin connections logs its
- * refusals a few times, not once each.
+ * refusals a few times, not once each, then within the second after it
+ * one line with how many it did not log, though no refusal follows.
  */
 #include <signal.h>
 #include <string.h>
@@ -142,11 +143,31 @@ static int log_lines(const char *log, const char *what)
 }
 
 #define BURST	200
+#define KVD_MAX_ADMIN_T	32	/* kvd's admin connections (admin.h) */
+
+/* The count in kvd's "N more messages (...) suppressed" line, or -1. */
+static long suppressed_count(const char *log)
+{
+	char line[512];
+	FILE *f = fopen(log, "r");
+	long n = -1;
+
+	T_ASSERT(f);
+	while (fgets(line, sizeof(line), f)) {
+		char *p = strstr(line, "warning: ");
+
+		if (p && strstr(line, " suppressed"))
+			n = strtol(p + strlen("warning: "), NULL, 10);
+	}
+	fclose(f);
+	return n;
+}
 
 static void test_admin_burst_log_ratelimited(void)
 {
 	struct t_kvd k;
 	int fd[BURST], n;
+	long missed = -1;
 
 	t_kvd_start(&k, "64M", NULL);
 	for (int i = 0; i < BURST; i++)
@@ -159,6 +180,17 @@ static void test_admin_burst_log_ratelimited(void)
 	if (n > 30)
 		T_FAIL("a burst of %d admin connections logged %d refusals: not rate-limited",
 		       BURST, n);
+	/* no further refusal: the count must come by itself */
+	for (int i = 0; i < 15 && missed < 0; i++) {
+		usleep(100 * 1000);
+		missed = suppressed_count(k.log);
+	}
+	if (missed <= 0)
+		T_FAIL("%d refusals logged, then no line with how many were suppressed within 1.8 s",
+		       n);
+	if (n + missed < BURST - KVD_MAX_ADMIN_T)
+		T_FAIL("%d refusals logged and %ld suppressed: fewer than the %d refused",
+		       n, missed, BURST - KVD_MAX_ADMIN_T);
 	t_kvd_stop(&k);
 	t_cleanup_dir(&k);
 }

@@ -4,8 +4,10 @@
  * one that took a lease (kv_connect_params.lease_ms) is ended once it
  * makes no call for that long and its blocks come back; one without a
  * lease is kept however long it sleeps; a leased client asleep in a wait,
- * or with an SQE waiting in kvd for blocks, is alive. kvctl disconnect
- * ends a client by id and frees its blocks; an unknown id exits 1.
+ * or with an SQE waiting in kvd for blocks, is alive, and so is one that
+ * kept calling while kvd itself was stopped for longer than the lease.
+ * kvctl disconnect ends a client by id and frees its blocks; an unknown
+ * id exits 1.
  */
 #include <signal.h>
 #include <string.h>
@@ -22,9 +24,12 @@
  * that no stopped one outlives it. */
 static pid_t engines[4];
 static unsigned nr_engines;
+static pid_t kvd_stopped;	/* kvd, while a test has it stopped */
 
 static void kill_engines(void)
 {
+	if (kvd_stopped > 0)
+		kill(kvd_stopped, SIGCONT);	/* so that it can stop */
 	for (unsigned i = 0; i < nr_engines; i++)
 		if (engines[i] > 0)	/* 0: reaped already */
 			kill(engines[i], SIGKILL);
@@ -189,6 +194,66 @@ static void test_lease_alive_in_waits(struct t_kvd *k)
 	free(t_status_idle(k));
 }
 
+/*
+ * Round @round: stop kvd for 2.5 leases while the leased client @c beats
+ * every 100 ms (even rounds) or also submits a NOP (odd rounds); kvd
+ * sees those calls only once it runs again, its late tick perhaps first
+ * in the same batch of completions. Then the client must still be there.
+ */
+static void stall_round(struct t_kvd *k, struct kv_client *c, int round)
+{
+	struct kv_cqe *cqe;
+	int hb = 0, subs = 0;
+
+	kvd_stopped = k->pid;
+	T_EQ(kill(k->pid, SIGSTOP), 0);
+	for (int i = 0; i < 25; i++) {
+		usleep(100 * 1000);
+		hb += kv_heartbeat(c) == 0;
+		if (round & 1) {
+			struct kv_sqe *sqe = kv_get_sqe(c);
+
+			if (sqe) {
+				kv_prep_nop(sqe);
+				subs += kv_submit(c) == 1;
+			}
+		}
+	}
+	T_EQ(kill(k->pid, SIGCONT), 0);
+	kvd_stopped = 0;
+	T_EQ(hb, 25);
+	usleep(3 * 250 * 1000);	/* three ticks */
+	while (subs--) {
+		T_EQ(kv_wait_cqe(c, &cqe), 0);
+		T_EQ(cqe->res, 0);
+		kv_cqe_seen(c, cqe);
+	}
+	if (kv_nop(c)) {
+		char cmd[256];
+
+		snprintf(cmd, sizeof(cmd), "tail -n 4 '%s' >&2", k->log);
+		(void)!system(cmd);
+		T_FAIL("round %d: the leased client was ended although it called while kvd was stopped",
+		       round);
+	}
+}
+
+/*
+ * kvd stopped (SIGSTOP) for longer than a client's lease: the client,
+ * which kept its promise, is not ended. Several rounds, because the
+ * order of the tick and the doorbell in one batch is up to the kernel.
+ */
+static void test_lease_kvd_stopped(struct t_kvd *k)
+{
+	struct kv_client *c;
+
+	T_EQ(connect_lease(k, LEASE_MS, &c), 0);
+	for (int round = 0; round < 4; round++)
+		stall_round(k, c, round);
+	T_EQ(kv_disconnect(c), 0);
+	free(t_status_idle(k));
+}
+
 /* kvctl disconnect ID: a stopped engine without a lease, ended at once. */
 static void test_kvctl_disconnect_frees_blocks(struct t_kvd *k)
 {
@@ -237,6 +302,7 @@ static const struct {
 	{ "disconnect", test_kvctl_disconnect_frees_blocks },
 	{ "stopped", test_lease_stopped_client_freed },
 	{ "alive", test_lease_alive_in_waits },
+	{ "kvd_stopped", test_lease_kvd_stopped },
 };
 
 /* No argument: every test; else the one named (unknown_id, ...). */
