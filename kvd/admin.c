@@ -83,7 +83,7 @@ static int fill_ns(struct kvd *d, const struct kv_admin_req *req,
 		if (!ns->live)
 			continue;
 		memset(&r[n], 0, sizeof(r[n]));
-		r[n].id = ns->id;
+		r[n].id = ns->handle;
 		r[n].nr_clients = ns->nr_clients;
 		memcpy(r[n].model_id, ns->model_id, sizeof(r[n].model_id));
 		memcpy(r[n].model_rev, ns->model_rev, sizeof(r[n].model_rev));
@@ -116,7 +116,7 @@ static void client_record(const struct kvd_client *c,
 	r->pid = (uint32_t)c->pid;
 	r->uid = c->uid;
 	r->gid = c->gid;
-	r->ns_id = c->ns->id;
+	r->ns_id = c->ns->handle;
 	r->blocks = c->holder.nr_blocks;
 	r->refs = c->holder.nr_refs;
 	r->sq_entries = c->sq_entries;
@@ -182,9 +182,9 @@ static int prefix_books(struct kvd *d, void *buf, bool evict, uint32_t ns_id)
 		if (!ns->live)
 			continue;
 		memset(&r[n], 0, sizeof(r[n]));
-		if (evict && (ns_id == UINT32_MAX || ns_id == ns->id))
+		if (evict && (ns_id == UINT32_MAX || ns_id == ns->handle))
 			r[n].evicted_now = kvd_ns_evict_all(ns);
-		r[n].ns_id = ns->id;
+		r[n].ns_id = ns->handle;
 		r[n].block_tokens = ns->geom.block_tokens;
 		memcpy(r[n].model_id, ns->model_id, sizeof(r[n].model_id));
 		r[n].lookups = ns->lookups;
@@ -207,14 +207,22 @@ static int fill_prefix(struct kvd *d, const struct kv_admin_req *req,
 	return prefix_books(d, buf, false, 0);
 }
 
+/* The live namespace numbered @handle (as kvctl shows it), or NULL. */
+static struct kvd_ns *ns_by_handle(struct kvd *d, uint32_t handle)
+{
+	for (uint32_t i = 0; i < d->cfg.max_namespaces; i++)
+		if (d->ns[i].live && d->ns[i].handle == handle)
+			return &d->ns[i];
+	return NULL;
+}
+
 /* arg[0]: the namespace, ~0 for all; one that is not live: -ENOENT. */
 static int fill_evict(struct kvd *d, const struct kv_admin_req *req,
 		      struct kv_admin_status *st, void *buf)
 {
 	uint32_t ns = req->arg[0];
 
-	if (ns != UINT32_MAX &&
-	    (ns >= d->cfg.max_namespaces || !d->ns[ns].live))
+	if (ns != UINT32_MAX && !ns_by_handle(d, ns))
 		return -ENOENT;
 	return prefix_books(d, buf, true, ns);
 }
@@ -233,7 +241,7 @@ static int fill_check(struct kvd *d, const struct kv_admin_req *req,
 		if (!d->ns[i].live)
 			continue;
 		memset(&r[n], 0, sizeof(r[n]));
-		r[n].ns_id = d->ns[i].id;
+		r[n].ns_id = d->ns[i].handle;
 		r[n].status = kvd_ns_check(&d->ns[i], &why);
 		snprintf(r[n].why, sizeof(r[n].why), "%s", why);
 		if (r[n].status)
@@ -283,12 +291,11 @@ static int fill_reload(struct kvd *d, const struct kv_admin_req *req,
 static int fill_tree(struct kvd *d, const struct kv_admin_req *req,
 		     struct kv_admin_status *st, void *buf)
 {
-	uint32_t ns = req->arg[0];
+	struct kvd_ns *ns = ns_by_handle(d, req->arg[0]);
 
-	if (ns >= d->cfg.max_namespaces || !d->ns[ns].live)
+	if (!ns)
 		return -ENOENT;
-	return kvd_prefix_tree(&d->ns[ns], buf, KV_ADMIN_MAX_RECORDS,
-			       req->arg[1]);
+	return kvd_prefix_tree(ns, buf, KV_ADMIN_MAX_RECORDS, req->arg[1]);
 }
 
 #define CMD(c, n, f, r)	[c] = { .cmd = c, .name = n, .fill = f, .rec = sizeof(r) }

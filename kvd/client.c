@@ -211,7 +211,7 @@ void kvd_client_accept(struct kvd *d, int fd)
 		return;
 	}
 	c->gen++;
-	c->id = ++d->next_client_id;
+	c->id = kvd_next_id(&d->next_client_id, d->id_key);
 	c->state = KVD_CLIENT_HELLO;
 	d->nr_pending++;
 	c->inflight = 0;
@@ -347,7 +347,7 @@ static struct kvd_ns *ns_reclaim(struct kvd *d)
 		if (!ns->live || ns->nr_clients || ns->blocks_used)
 			continue;
 		kvd_info("namespace %u (%s): %u cached blocks dropped for a new model",
-			 ns->id, ns->model_id, kvd_ns_evict_all(ns));
+			 ns->handle, ns->model_id, kvd_ns_evict_all(ns));
 		kvd_ns_exit(ns);
 		d->nr_ns--;
 		return ns;
@@ -379,6 +379,7 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 			   &d->tenants[tenant].key);
 	if (*err)
 		return NULL;
+	free_ns->handle = kvd_next_id(&d->next_ns_handle, d->id_key);
 	free_ns->tacct = &d->tenants[tenant].acct;
 	q = kvd_conf_quota(&d->conf, d->tenants[tenant].name, h->model_id);
 	if (q) {
@@ -387,7 +388,7 @@ static struct kvd_ns *ns_get(struct kvd *d, const struct kvd_client *c,
 	}
 	d->nr_ns++;
 	kvd_info("namespace %u: model %s, %llu-byte blocks, %u-page slabs",
-		 free_ns->id, free_ns->model_id,
+		 free_ns->handle, free_ns->model_id,
 		 (unsigned long long)free_ns->block_bytes, free_ns->slab_pages);
 	return free_ns;
 }
@@ -400,7 +401,7 @@ static void ns_put(struct kvd *d, struct kvd_ns *ns)
 {
 	if (--ns->nr_clients || ns->blocks_used || ns->nr_slabs)
 		return;
-	kvd_info("namespace %u (%s): idle, freed", ns->id, ns->model_id);
+	kvd_info("namespace %u (%s): idle, freed", ns->handle, ns->model_id);
 	kvd_ns_exit(ns);
 	d->nr_ns--;
 }
@@ -458,7 +459,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 		return refuse(d, c, -ENOMEM, "out of memory");
 
 	w.client_id = c->id;
-	w.ns_id = c->ns->id;
+	w.ns_id = c->ns->handle;
 	w.backend = d->be->backend;
 	w.export_kind = d->be->export_kind;
 	w.device = -1;
@@ -499,7 +500,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	kvd_extents_send(d, c);		/* its tenant's extents, after WELCOME */
 	kvd_info("client %u: pid %d uid %u model %s ns %u sq %u lease %u ms",
 		 c->id, (int)c->pid, (unsigned)c->uid, c->ns->model_id,
-		 c->ns->id, c->sq_entries, c->lease_ms);
+		 c->ns->handle, c->sq_entries, c->lease_ms);
 	arm_doorbell(d, c);
 	arm_ctrl(d, c);
 }

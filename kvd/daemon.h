@@ -64,7 +64,13 @@ struct kvd {
 	uint32_t	nr_clients;	/* LIVE (WELCOME sent) */
 	uint32_t	nr_active;	/* live[0, nr_active) are polled */
 	uint32_t	nr_pending;	/* accepted, no HELLO yet */
+	/* the sequences behind client and namespace numbers, which are
+	 * shown permuted by id_key (random per start, kvd_next_id): a
+	 * client learns nothing of other tenants' connections or
+	 * namespaces from its own numbers */
 	uint32_t	next_client_id;
+	uint32_t	next_ns_handle;
+	uint32_t	id_key[3];
 	struct kvd_ns	*ns;		/* [cfg.max_namespaces] */
 	uint32_t	nr_ns;
 	struct kvd_admin_conn adm[KVD_MAX_ADMIN];

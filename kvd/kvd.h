@@ -61,6 +61,35 @@ static inline bool kvd_is_pow2(uint64_t x)
 
 uint64_t kvd_now_ns(void);
 
+/*
+ * The number shown for the @seq-th client or namespace: a bijection of
+ * u32 keyed by @key (xor, odd multiplies and xor-shifts each invert, as
+ * in the finalizers of MurmurHash3 and splitmix), so numbers stay unique
+ * for 2^32 of them but say nothing of how many came before or of
+ * whose. Not a cipher: only nothing to count.
+ */
+static inline uint32_t kvd_id_permute(const uint32_t key[3], uint32_t seq)
+{
+	uint32_t x = seq ^ key[0];
+
+	x *= key[1] | 1;
+	x ^= x >> 16;
+	x *= key[2] | 1;
+	x ^= x >> 13;
+	return x ^ key[0];
+}
+
+/* The next shown number of sequence *@seq: never 0 nor ~0 (kvctl's "all"). */
+static inline uint32_t kvd_next_id(uint32_t *seq, const uint32_t key[3])
+{
+	uint32_t id;
+
+	do
+		id = kvd_id_permute(key, ++*seq);
+	while (!id || id == UINT32_MAX);
+	return id;
+}
+
 /* A file kvd made (its sockets): removed at exit only if still this one. */
 struct kvd_path_id {
 	dev_t		dev;

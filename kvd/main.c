@@ -573,7 +573,8 @@ int main(int argc, char **argv)
 	if (d->lock_fds[1] < 0)
 		goto out;
 	raise_nofile(d->cfg.max_clients + KVD_MAX_PENDING);
-	if (getrandom(&d->secret, sizeof(d->secret), 0) != sizeof(d->secret)) {
+	if (getrandom(&d->secret, sizeof(d->secret), 0) != sizeof(d->secret) ||
+	    getrandom(d->id_key, sizeof(d->id_key), 0) != sizeof(d->id_key)) {
 		kvd_err("getrandom: %m");
 		goto out;
 	}

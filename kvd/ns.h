@@ -106,7 +106,8 @@ struct kvd_tenant_key {
 
 struct kvd_ns {
 	bool		live;
-	uint32_t	id;
+	uint32_t	id;		/* its slot in d->ns */
+	uint32_t	handle;		/* its number for clients and kvctl */
 	char		model_id[KV_MODEL_ID_MAX];
 	char		model_rev[KV_MODEL_REV_MAX];
 	struct kv_geometry geom;

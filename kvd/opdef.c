@@ -291,7 +291,7 @@ static void quota_refused(struct kvd *d, struct kvd_client *c,
 	if (kvd_ratelimit(&d->rl_quota))
 		kvd_warn("client %u (pid %d): %s of %u refused (EDQUOT): tenant %s, namespace %u (%s) at %s (%u)",
 			 c->id, (int)c->pid, def->name, sqe->nr,
-			 d->tenants[c->tenant].name, ns->id, ns->model_id,
+			 d->tenants[c->tenant].name, ns->handle, ns->model_id,
 			 what[hr->quota_why], hr->quota_limit);
 }
 

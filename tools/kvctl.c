@@ -575,7 +575,8 @@ static const struct kvctl_cmd cmds[] = {
 	{ .name = "prefix", .args = "--tree [--ns N] [--depth D]",
 	  .opts = OPT_TREE | OPT_NS | OPT_DEPTH, .code = KV_ADMIN_TREE,
 	  .rec = sizeof(struct kv_admin_tree_node), .run = kvctl_cmd_prefix_tree,
-	  .help = "the cached prefix tree of namespace N (default 0), D levels\n"
+	  .help = "the cached prefix tree of namespace N (default: the only\n"
+		  "one), D levels\n"
 		  "below the roots (default 3), children counts" },
 	CMD(tenants, NULL, 0, KV_ADMIN_TENANTS, struct kv_admin_tenant,
 	    "tenants, their clients and pages"),
@@ -661,6 +662,32 @@ static int kvctl_wait(struct kv_emit *e, const char *path, uint32_t timeout_s,
 	kv_emit_u64(e, "pid", "kvd pid", st->pid);
 	emit_version(e, st);
 	kv_emit_end(e);
+	return 0;
+}
+
+/*
+ * prefix --tree without --ns: the one live namespace's number (kvd's
+ * numbers are not slots, so there is no "namespace 0" to default to).
+ * 0, or the exit status after saying why.
+ */
+static int only_namespace(const char *path, void *buf, uint32_t *ns)
+{
+	const struct kv_admin_status *st = buf;
+	const struct kv_admin_prefix *r = (const void *)(st + 1);
+	ssize_t n = kv_admin_call(path, KV_ADMIN_PREFIX, 0, 0, buf);
+	int ret = n < 0 ? (int)n :
+		  reply_check(st, n, sizeof(struct kv_admin_prefix));
+
+	if (ret) {
+		call_failed(path, buf, n, ret);
+		return 1;
+	}
+	if (st->nr_records != 1) {
+		fprintf(stderr, "kvctl: %u namespaces: say which with --ns N (see kvctl prefix)\n",
+			st->nr_records);
+		return 1;
+	}
+	*ns = r->ns_id;
 	return 0;
 }
 
@@ -809,8 +836,6 @@ int main(int argc, char **argv)
 			return 2;
 		ns = id;	/* arg[0] */
 	}
-	if (cmd->code == KV_ADMIN_TREE && ns == UINT32_MAX)
-		ns = 0;
 	if (admin_path(opt_path, path, sizeof(path))) {
 		fprintf(stderr, "kvctl: admin socket path too long\n");
 		return 2;
@@ -818,6 +843,11 @@ int main(int argc, char **argv)
 	buf = calloc(1, REPLY_MAX);
 	if (!buf)
 		return 1;
+	if (cmd->code == KV_ADMIN_TREE && ns == UINT32_MAX &&
+	    (ret = only_namespace(path, buf, &ns))) {
+		free(buf);
+		return ret;
+	}
 	if (cmd->opts & OPT_TIMEOUT) {
 		e.json = json;
 		ret = kvctl_wait(&e, path, timeout_s, buf);

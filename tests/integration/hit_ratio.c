@@ -97,10 +97,11 @@ int main(void)
 	T_EQ(t_json_int(js, "nr_namespaces"), 0);
 	free(js);
 
-	/* Another model takes the freed slot and counts from zero. */
+	/* Another model takes the freed slot and counts from zero (its
+	 * number is a new one: kvd's numbers are not slots). */
 	T_EQ(t_connect(&k, "ratio-b", NULL, &b), 0);
 	js = t_kvctl(&k, "prefix");
-	T_ASSERT(strstr(js, "\"ns\": 0, \"model\": \"ratio-b\""));
+	T_ASSERT(strstr(js, "\"model\": \"ratio-b\""));
 	free(js);
 	T_EQ(kvctl_field("prefix", "ratio-b", "lookup_blocks"), 0);
 
