@@ -238,14 +238,23 @@ struct kv_geometry t_geom(void)
 	return g;	/* 4 * 2 * 2 * 16 * 64 * 2 = 32 KiB */
 }
 
+void t_params(struct t_kvd *k, const char *model,
+	      struct kv_connect_params *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->socket_path = k->sock;
+	p->model_id = model;
+	p->geom = t_geom();
+}
+
 int t_connect(struct t_kvd *k, const char *model, const struct kv_geometry *g,
 	      struct kv_client **c)
 {
-	struct kv_connect_params p = { 0 };
+	struct kv_connect_params p;
 
-	p.socket_path = k->sock;
-	p.model_id = model;
-	p.geom = g ? *g : t_geom();
+	t_params(k, model, &p);
+	if (g)
+		p.geom = *g;
 	return kv_connect(&p, c);
 }
 

@@ -48,6 +48,9 @@ void t_cleanup_dir(struct t_kvd *k);
 /* SIGTERM, wait; fails the test unless kvd exits 0 and removed its socket. */
 void t_kvd_stop(struct t_kvd *k);
 /* Connect with a small default geometry (32 KiB blocks) unless g given. */
+/* Connect parameters for @k's socket, @model, t_geom(); the rest 0. */
+void t_params(struct t_kvd *k, const char *model,
+	      struct kv_connect_params *p);
 int t_connect(struct t_kvd *k, const char *model, const struct kv_geometry *g,
 	      struct kv_client **c);
 struct kv_geometry t_geom(void);

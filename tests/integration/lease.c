@@ -46,11 +46,9 @@ static long long status_int(struct t_kvd *k, const char *key)
 
 static int connect_lease(struct t_kvd *k, int lease_ms, struct kv_client **c)
 {
-	struct kv_connect_params p = { 0 };
+	struct kv_connect_params p;
 
-	p.socket_path = k->sock;
-	p.model_id = "lease";
-	p.geom = t_geom();
+	t_params(k, "lease", &p);
 	p.lease_ms = lease_ms;
 	return kv_connect(&p, c);
 }

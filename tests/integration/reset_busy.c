@@ -15,11 +15,9 @@
 
 static int connect_timeout(struct t_kvd *k, uint32_t ms, struct kv_client **c)
 {
-	struct kv_connect_params p = { 0 };
+	struct kv_connect_params p;
 
-	p.socket_path = k->sock;
-	p.model_id = "m";
-	p.geom = t_geom();
+	t_params(k, "m", &p);
 	p.call_timeout_ms = ms;
 	return kv_connect(&p, c);
 }
@@ -57,6 +55,34 @@ static void park_timed_out(struct kv_client *c)
 	T_EQ(kv_nop(c), -EBUSY);	/* kvd is there: still in flight */
 }
 
+/*
+ * The defect's set-up: client *@c (1 s call timeout) has a waiting ALLOC
+ * parked past its timeout while *@hog holds every block (their ids in
+ * @held, their number returned); then kvd ends *@c by kvctl disconnect.
+ */
+static int ended_while_parked(struct t_kvd *k, struct kv_client **c,
+			      struct kv_client **hog, kv_block_t *held)
+{
+	int n;
+
+	T_EQ(connect_timeout(k, 1000, c), 0);
+	T_EQ(t_connect(k, "m", NULL, hog), 0);
+	n = fill(*hog, held, NBLK);
+	park_timed_out(*c);
+	kvctl_disconnect(k, *c);
+	return n;
+}
+
+/* Undo ended_while_parked(): every block free, kvd idle. */
+static void release_hog(struct t_kvd *k, struct kv_client *c,
+			struct kv_client *hog, kv_block_t *held, int n)
+{
+	T_EQ(kv_disconnect(c), 0);
+	T_EQ(kv_release(hog, held, (unsigned)n), n);
+	T_EQ(kv_disconnect(hog), 0);
+	free(t_status_idle(k));
+}
+
 static void test_sync_after_disconnect(struct t_kvd *k)
 {
 	static kv_block_t held[NBLK + 1];
@@ -65,21 +91,14 @@ static void test_sync_after_disconnect(struct t_kvd *k)
 	kv_block_t id;
 	int n;
 
-	T_EQ(connect_timeout(k, 1000, &c), 0);
-	T_EQ(t_connect(k, "m", NULL, &hog), 0);
-	n = fill(hog, held, NBLK);
-	park_timed_out(c);
-	kvctl_disconnect(k, c);
+	n = ended_while_parked(k, &c, &hog, held);
 	T_EQ(kv_nop(c), -ECONNRESET);
 	T_EQ(kv_nop(c), -ECONNRESET);
 	T_EQ(kv_alloc(c, 1, &id), -ECONNRESET);
 	T_EQ(kv_release(c, held, 1), -ECONNRESET);
 	T_EQ(kv_stats(c, &st), -ECONNRESET);
 	T_EQ(kv_heartbeat(c), -ECONNRESET);
-	T_EQ(kv_disconnect(c), 0);
-	T_EQ(kv_release(hog, held, (unsigned)n), n);
-	T_EQ(kv_disconnect(hog), 0);
-	free(t_status_idle(k));
+	release_hog(k, c, hog, held, n);
 }
 
 /* Reaping the parked request's completion after the same end: the wait
@@ -91,17 +110,10 @@ static void test_wait_after_disconnect(struct t_kvd *k)
 	struct kv_cqe *cqe;
 	int n;
 
-	T_EQ(connect_timeout(k, 1000, &c), 0);
-	T_EQ(t_connect(k, "m", NULL, &hog), 0);
-	n = fill(hog, held, NBLK);
-	park_timed_out(c);
-	kvctl_disconnect(k, c);
+	n = ended_while_parked(k, &c, &hog, held);
 	T_EQ(kv_wait_cqe_timeout(c, &cqe, 30000000000LL), -ECONNRESET);
 	T_EQ(kv_nop(c), -ECONNRESET);
-	T_EQ(kv_disconnect(c), 0);
-	T_EQ(kv_release(hog, held, (unsigned)n), n);
-	T_EQ(kv_disconnect(hog), 0);
-	free(t_status_idle(k));
+	release_hog(k, c, hog, held, n);
 }
 
 /* kv_heartbeat's -ECONNRESET is a call's: block addresses go. */
