@@ -64,7 +64,7 @@ else
 Q := @
 endif
 
-all: $(O)/kvd $(LIB) $(KERNELS_LIB) $(TOOLS) kernels
+all: $(O)/kvd $(LIB) $(KERNELS_LIB) $(TOOLS) kernels python
 
 # The Debian packages (scripts/install-deps.sh, apt): never by a plain
 # `make`; before any compile when a goal is one of README's set-up
@@ -121,6 +121,43 @@ KVBENCH_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard tools/kvbench/*.c) tools/
 $(O)/kvbench: $(KVBENCH_OBJS) $(LIB)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $(KVBENCH_OBJS) $(LIB_LINK) -lm -ljson-c -lxxhash -lcrypto
+
+# The kvd Python package (python/kvd/): the CPython extension _kvd over
+# libkvclient, built against Debian's python3 (python3-dev), and the
+# package's .py files beside it in $(O)/python/kvd, so that
+# PYTHONPATH=$(O)/python imports it from the tree. Skipped, with a word,
+# without Python.h.
+PYTHON		?= $(shell [ -x /usr/bin/python3 ] && echo /usr/bin/python3 || command -v python3)
+PY_CFG		= $(shell $(PYTHON) -c 'import sysconfig as s; print(s.get_config_var("$(1)") or "")' 2>/dev/null)
+PY_INCLUDE	:= $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_path("include"))' 2>/dev/null)
+PY_EXT		:= $(call PY_CFG,EXT_SUFFIX)
+PY_PKG		:= $(O)/python/kvd
+PY_MOD		:= $(PY_PKG)/_kvd$(PY_EXT)
+PY_FILES	:= $(patsubst python/kvd/%,$(PY_PKG)/%,$(wildcard python/kvd/*.py))
+
+# make install: $(PREFIX)/lib/python3.N/dist-packages, on Debian's
+# sys.path for PREFIX /usr/local and /usr alike.
+PYTHON_SITE	?= $(PREFIX)/lib/python$(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)/dist-packages
+
+ifneq ($(wildcard $(PY_INCLUDE)/Python.h),)
+python: $(PY_MOD) $(PY_FILES)
+else
+python:
+	@echo "  PYTHON  $(PYTHON): no Python.h (python3-dev): the kvd package skipped"
+endif
+
+$(PY_MOD): python/kvd/_kvd.c $(LIB) | $(DEPS_FIRST)
+	@mkdir -p $(dir $@)
+	@echo "  CC      $< (python)"
+	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -isystem $(PY_INCLUDE) $(CFLAGS) -fPIC -shared \
+		-fvisibility=hidden -o $@ $< -L$(O) -lkvclient \
+		-Wl,-rpath,'$$ORIGIN/../..' -Wl,-rpath,$(PREFIX)/lib
+
+$(PY_PKG)/%.py: python/kvd/%.py
+	@mkdir -p $(dir $@)
+	$(Q)cp $< $@
+
+.PHONY: python
 
 # Library unit tests (test_lib_*) link the library's objects, statics too.
 $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)
@@ -452,6 +489,10 @@ install: all
 	cp -P man/man5/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
 	install -m 644 etc/kvd.conf $(DESTDIR)$(PREFIX)/share/doc/kvd/kvd.conf.example
 	cp -P man/man8/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	$(Q)if [ -f $(PY_MOD) ]; then \
+		install -d $(DESTDIR)$(PYTHON_SITE)/kvd && \
+		install -m 644 $(PY_MOD) $(PY_FILES) $(DESTDIR)$(PYTHON_SITE)/kvd/ && \
+		echo "  INSTALL the kvd Python package in $(DESTDIR)$(PYTHON_SITE)/kvd"; fi
 
 clean:
 	rm -rf $(O)

@@ -471,6 +471,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	w.slab_bytes = c->ns->slab_bytes;
 	w.max_blocks = c->ns->max_blocks;
 	w.features = KV_FEAT_NEED_WAKEUP | KV_FEAT_LEASE;
+	w.boot_id = d->boot_id | 1;	/* never 0, an older kvd's */
 	w.ring = c->off;
 	/* legacy: one range, the whole pool, opened from w.ipc_handle */
 	w.extent_bytes = d->pool.bytes;

@@ -71,6 +71,7 @@ struct kvd {
 	uint32_t	next_client_id;
 	uint32_t	next_ns_handle;
 	uint32_t	id_key[3];
+	uint64_t	boot_id;	/* random per start: WELCOME's boot_id */
 	struct kvd_ns	*ns;		/* [cfg.max_namespaces] */
 	uint32_t	nr_ns;
 	struct kvd_admin_conn adm[KVD_MAX_ADMIN];

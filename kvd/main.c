@@ -574,7 +574,8 @@ int main(int argc, char **argv)
 		goto out;
 	raise_nofile(d->cfg.max_clients + KVD_MAX_PENDING);
 	if (getrandom(&d->secret, sizeof(d->secret), 0) != sizeof(d->secret) ||
-	    getrandom(d->id_key, sizeof(d->id_key), 0) != sizeof(d->id_key)) {
+	    getrandom(d->id_key, sizeof(d->id_key), 0) != sizeof(d->id_key) ||
+	    getrandom(&d->boot_id, sizeof(d->boot_id), 0) != sizeof(d->boot_id)) {
 		kvd_err("getrandom: %m");
 		goto out;
 	}

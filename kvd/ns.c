@@ -19,17 +19,37 @@
 
 #include "ns_internal.h"
 
+/* Opaque blocks: runs of bytes in another engine's layout (abi.h). */
+static int opaque_check(const struct kv_geometry *g, const char **why)
+{
+	if (g->kv_heads != 1 || g->quant) {
+		*why = "an opaque geometry has kv_heads 1 and no quantization";
+		return -EINVAL;
+	}
+	if (g->layers > 1024 || g->block_tokens > 1024 ||
+	    g->run_bytes > KV_OPAQUE_RUN_MAX) {
+		*why = "opaque geometry: above 1024 runs or block tokens, or a run above 1 GiB";
+		return -EINVAL;
+	}
+	return 0;
+}
+
 int kvd_geometry_check(const struct kv_geometry *g, uint64_t pool_bytes,
 		       const char **why)
 {
 	uint64_t bb;
+	int ret;
 
 	if (!g->layers || !g->kv_heads || !g->head_dim || !g->block_tokens) {
 		*why = "geometry counts must be >= 1";
 		return -EINVAL;
 	}
-	if (g->layers > 1024 || g->kv_heads > 1024 || g->head_dim > 1024 ||
-	    g->block_tokens > 1024) {
+	if (g->dtype == KV_DTYPE_OPAQUE) {
+		ret = opaque_check(g, why);
+		if (ret)
+			return ret;
+	} else if (g->layers > 1024 || g->kv_heads > 1024 ||
+		   g->head_dim > 1024 || g->block_tokens > 1024) {
 		*why = "geometry count above 1024";
 		return -EINVAL;
 	}

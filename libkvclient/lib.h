@@ -37,6 +37,7 @@ struct kv_client {
 	uint32_t	max_blocks;
 	uint32_t	client_id;
 	uint32_t	ns_id;
+	uint64_t	boot_id;	/* WELCOME's: which kvd run this is */
 	int		backend;
 	unsigned	block_tokens;	/* from the geometry: for kv_seq */
 	int		hash_algo;

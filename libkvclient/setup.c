@@ -274,34 +274,46 @@ static void unmap_pool(struct kv_client *c)
 	c->ext_bytes = NULL;
 }
 
+/* What is wrong with @p, in words; NULL when nothing is. */
+static const char *params_wrong(const struct kv_connect_params *p)
+{
+	size_t len = strlen(p->model_id);
+
+	if (!len || len >= KV_MODEL_ID_MAX)
+		return "model_id must be 1..63 bytes";
+	if (p->model_rev && strlen(p->model_rev) >= KV_MODEL_REV_MAX)
+		return "model_rev must be at most 31 bytes";
+	if (p->sq_entries && (p->sq_entries & (p->sq_entries - 1) ||
+			      p->sq_entries > KV_MAX_SQ_ENTRIES))
+		return "sq_entries must be a power of two up to 4096";
+	if (p->data_bytes && (p->data_bytes % 4096 ||
+			      p->data_bytes > KV_MAX_DATA_BYTES))
+		return "data_bytes must be a multiple of 4096 up to 16 MiB";
+	if (!kv_geometry_block_bytes(&p->geom))
+		return "geometry: a count is 0, or the dtype or quantization is unknown";
+	if (p->hash_algo != KV_HASH_XXH3_128 && p->hash_algo != KV_HASH_SHA256)
+		return "unknown hash_algo";
+	if (p->spin_us > KV_MAX_SPIN_US)
+		return "spin_us above 100000";
+	if (p->call_timeout_ms < 0)
+		return "call_timeout_ms must be >= 0";
+	if (p->lease_ms && (p->lease_ms < KV_LEASE_MIN_MS ||
+			    p->lease_ms > KV_LEASE_MAX_MS))
+		return "lease_ms must be 0 or 1000..86400000";
+	return NULL;
+}
+
 static int check_params(const struct kv_connect_params *p)
 {
-	size_t len;
+	const char *why;
 
 	if (!p || !p->model_id)
 		return -EINVAL;
-	len = strlen(p->model_id);
-	if (!len || len >= KV_MODEL_ID_MAX)
+	why = params_wrong(p);
+	if (why) {
+		set_err(p, "%s", why);
 		return -EINVAL;
-	if (p->model_rev && strlen(p->model_rev) >= KV_MODEL_REV_MAX)
-		return -EINVAL;
-	if (p->sq_entries && (p->sq_entries & (p->sq_entries - 1) ||
-			      p->sq_entries > KV_MAX_SQ_ENTRIES))
-		return -EINVAL;
-	if (p->data_bytes && (p->data_bytes % 4096 ||
-			      p->data_bytes > KV_MAX_DATA_BYTES))
-		return -EINVAL;
-	if (!kv_geometry_block_bytes(&p->geom))
-		return -EINVAL;
-	if (p->hash_algo != KV_HASH_XXH3_128 && p->hash_algo != KV_HASH_SHA256)
-		return -EINVAL;
-	if (p->spin_us > KV_MAX_SPIN_US)
-		return -EINVAL;
-	if (p->call_timeout_ms < 0)
-		return -EINVAL;
-	if (p->lease_ms && (p->lease_ms < KV_LEASE_MIN_MS ||
-			    p->lease_ms > KV_LEASE_MAX_MS))
-		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -380,6 +392,7 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->max_blocks = w.max_blocks;
 	c->client_id = w.client_id;
 	c->ns_id = w.ns_id;
+	c->boot_id = w.boot_id;
 	c->block_tokens = p->geom.block_tokens;
 	c->hash_algo = p->hash_algo;
 	c->spin_ns = p->spin_us < 0 ? 0 : (uint64_t)(p->spin_us ? p->spin_us :
@@ -444,6 +457,11 @@ int kv_pool_info(const struct kv_client *c, struct kv_pool_info *info)
 	info->client_id = c->client_id;
 	info->ns_id = c->ns_id;
 	return 0;
+}
+
+uint64_t kv_boot_id(const struct kv_client *c)
+{
+	return c ? c->boot_id : 0;
 }
 
 /*

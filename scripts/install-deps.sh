@@ -9,6 +9,11 @@ set -eu
 PKGS="build-essential clang libclang-rt-dev pkg-config liburing-dev \
 libjemalloc-dev libcmocka-dev libxxhash-dev libssl-dev libjson-c-dev mandoc jq \
 binutils"
+# The kvd Python package (python3-dev) and its tests: pytest, torch for
+# CPU tensors, and what the vendored vLLM's modules import (numpy, cbor2,
+# xxhash, psutil, typing-extensions).
+PKGS="$PKGS python3-dev python3-pytest python3-torch python3-numpy \
+python3-cbor2 python3-xxhash python3-psutil python3-typing-extensions"
 # --bench: what `make bench` compares kvd with (kvbench --redis) and
 # counts kvd's system calls with (kvbench --perf-stat), too.
 [ "${1:-}" = "--bench" ] && PKGS="$PKGS redis-server linux-perf"

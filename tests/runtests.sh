@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Run every unit and integration test with a timeout each; exit 0/1/77
-# per test (77 = skipped). The integration tests run twice: on kvd's
+# Run every unit, integration and Python test with a timeout each; exit
+# 0/1/77 per test (77 = skipped). The integration tests run twice: on kvd's
 # default event loop, then on its epoll fallback (KVD_EVENT_LOOP=epoll,
 # names suffixed " (epoll)"). Ends with "N passed, N failed, N skipped".
 O=${O:-build}
@@ -45,6 +45,15 @@ integration() {
 }
 unset KVD_EVENT_LOOP
 integration ""
+# The Python package's tests (tests/python/): the binding, and the vLLM
+# plug-in against the vendored vLLM; on kvd's default loop only.
+PYTHON=${PYTHON:-/usr/bin/python3}
+[ -x "$PYTHON" ] || PYTHON=python3
+mkdir -p "$O/tests/python"
+for t in tests/python/test_*.py; do
+	[ -f "$t" ] || continue
+	run "python/$(basename "$t" .py)" env O="$O" PYTHONDONTWRITEBYTECODE=1 "$PYTHON" "$t"
+done
 KVD_EVENT_LOOP=epoll
 export KVD_EVENT_LOOP
 integration " (epoll)"

@@ -31,7 +31,7 @@ static const char *dtype_name(uint32_t d)
 	static const char *const names[] = {
 		[KV_DTYPE_FP16] = "fp16", [KV_DTYPE_BF16] = "bf16",
 		[KV_DTYPE_FP32] = "fp32", [KV_DTYPE_FP8_E4M3] = "fp8_e4m3",
-		[KV_DTYPE_INT8] = "int8",
+		[KV_DTYPE_INT8] = "int8", [KV_DTYPE_OPAQUE] = "opaque",
 	};
 
 	return d < KV_DTYPE__MAX ? names[d] : "?";

@@ -17,7 +17,8 @@
 #include <stddef.h>
 
 #define KV_ABI_MAJOR		3	/* 3: device pools (exports, COW) */
-#define KV_ABI_MINOR		1	/* 1: client leases, admin disconnect */
+#define KV_ABI_MINOR		2	/* 1: client leases, admin disconnect;
+					 * 2: opaque namespaces, boot_id */
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -45,8 +46,19 @@ enum kv_dtype {
 	KV_DTYPE_FP32		= 2,
 	KV_DTYPE_FP8_E4M3	= 3,
 	KV_DTYPE_INT8		= 4,
+	/*
+	 * Bytes kvd does not interpret, in another engine's own layout (a
+	 * vLLM offloading tier): a block is `layers` runs of `run_bytes`
+	 * (kv_geometry.head_dim) bytes each, kv_heads is 1, quant 0, and
+	 * block_tokens says how many tokens one block covers. kvd's
+	 * kernels refuse such a layout (kv_layout_init: -EINVAL).
+	 */
+	KV_DTYPE_OPAQUE		= 5,
 	KV_DTYPE__MAX,
 };
+
+/* Limit of an opaque namespace's run_bytes (its blocks' limit: 1 GiB). */
+#define KV_OPAQUE_RUN_MAX	(1U << 30)
 
 /*
  * KV quantization (kv_geometry.quant), for the fp8 and int8 dtypes: the
@@ -71,11 +83,16 @@ enum kv_quant {
  * Limits (kvd answers -EINVAL beyond them): every count >= 1, layers,
  * kv_heads <= 1024, head_dim <= 1024, block_tokens <= 1024, block_bytes a
  * multiple of 256 (aligned vector loads) and at most 1 GiB.
+ * KV_DTYPE_OPAQUE reads head_dim as run_bytes (up to KV_OPAQUE_RUN_MAX):
+ *   block_bytes = layers * run_bytes, kv_heads 1, quant KV_QUANT_NONE.
  */
 struct kv_geometry {
-	__u32	layers;
-	__u32	kv_heads;
-	__u32	head_dim;
+	__u32	layers;		/* opaque: runs per block */
+	__u32	kv_heads;	/* opaque: 1 */
+	union {
+		__u32	head_dim;
+		__u32	run_bytes;	/* KV_DTYPE_OPAQUE: bytes of one run */
+	};
 	__u32	block_tokens;
 	__u32	dtype;		/* enum kv_dtype */
 	__u32	quant;		/* enum kv_quant; fp8 and int8 only */
@@ -180,7 +197,10 @@ struct kv_welcome {
 	__u8	device_uuid[16];	/* cuda: the device (CUuuid), for the
 					 * client to find it in its own ordinals */
 	__u8	ipc_handle[KV_IPC_HANDLE_BYTES];	/* KV_EXPORT_LEGACY */
-	__u64	resv[2];
+	__u64	boot_id;	/* drawn at random when kvd starts, the same
+				 * for all its clients: another kvd (a
+				 * restart) has another (ABI 3.2; 0 before) */
+	__u64	resv;
 };
 
 /*
@@ -506,6 +526,7 @@ static inline __u32 kv_dtype_bytes(__u32 dtype)
 		return 4;
 	case KV_DTYPE_FP8_E4M3:
 	case KV_DTYPE_INT8:
+	case KV_DTYPE_OPAQUE:
 		return 1;
 	}
 	return 0;
@@ -516,13 +537,16 @@ static inline __u32 kv_dtype_bytes(__u32 dtype)
  * [kv_head][slot][head_dim]; quantized, then the K and V fp32 scales
  * ([kv_head][slot] each for KV_QUANT_TOKEN, [kv_head][head_dim] for
  * KV_QUANT_CHANNEL), padded to 16 bytes. 0 when a count is 0 or the
- * dtype or scheme is unknown. Products are in 64 bits.
+ * dtype or scheme is unknown. Products are in 64 bits. An opaque
+ * "layer" is one run: run_bytes.
  */
 static inline __u64 kv_geometry_layer_bytes(const struct kv_geometry *g)
 {
 	__u64 v = (__u64)2 * g->kv_heads * g->block_tokens * g->head_dim *
 		  kv_dtype_bytes(g->dtype);
 
+	if (g->dtype == KV_DTYPE_OPAQUE)
+		return g->quant || !g->block_tokens ? 0 : (__u64)g->run_bytes;
 	switch (g->quant) {
 	case KV_QUANT_NONE:
 		return v;

@@ -132,6 +132,17 @@ int kv_heartbeat(struct kv_client *c);
 int kv_pool_info(const struct kv_client *c, struct kv_pool_info *info);
 
 /*
+ * kv_boot_id - which run of kvd @c is connected to: a random 64-bit
+ * number kvd draws at start-up, the same for every client of that run
+ * and another after a restart (never 0; 0 for NULL or a kvd older than
+ * ABI 3.2). Block ids are only meaningful within one run: a process
+ * that hands ids to another (a scheduler to its workers) sends the boot
+ * id with them, and the receiver uses them only while its own client
+ * says the same. Thread-safe: a read of what WELCOME said.
+ */
+uint64_t kv_boot_id(const struct kv_client *c);
+
+/*
  * kv_block_ptr - address of block @id's block_bytes bytes in this
  * process's pool mapping: a host pointer on the host backend, a device
  * pointer (CUdeviceptr, usable by kernels and cudaMemcpy) on cuda. NULL

@@ -165,9 +165,29 @@ static void test_abi_block_bytes_zero(void **state)
 	assert_int_equal(kv_geometry_block_bytes(&g), 0);
 }
 
+/* Opaque blocks: layers runs of run_bytes (head_dim), nothing else. */
+static void test_abi_block_bytes_opaque(void **state)
+{
+	struct kv_geometry g = geom(3, 1, 32768, 16, KV_DTYPE_OPAQUE);
+
+	(void)state;
+	assert_int_equal(kv_dtype_bytes(KV_DTYPE_OPAQUE), 1);
+	assert_int_equal(g.run_bytes, 32768);
+	assert_true(kv_geometry_block_bytes(&g) == 3 * 32768);
+	/* block_tokens is part of the key, not of the size */
+	g.block_tokens = 256;
+	assert_true(kv_geometry_block_bytes(&g) == 3 * 32768);
+	g.run_bytes = KV_OPAQUE_RUN_MAX;
+	g.layers = 1024;
+	assert_true(kv_geometry_block_bytes(&g) == 1ULL << 40);
+	g.quant = KV_QUANT_TOKEN;		/* no scales on opaque bytes */
+	assert_int_equal(kv_geometry_block_bytes(&g), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_abi_block_bytes_opaque),
 		cmocka_unit_test(test_abi_struct_sizes),
 		cmocka_unit_test(test_abi_sqe_offsets),
 		cmocka_unit_test(test_abi_cqe_offsets),

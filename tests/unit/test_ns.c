@@ -72,6 +72,35 @@ static void test_ns_geometry_check_errors(void **state)
 	expect_bad(&g_5m, 8 * MIB, -E2BIG);
 }
 
+/* Opaque geometries: runs of bytes; limits of their own. */
+static void test_ns_geometry_check_opaque(void **state)
+{
+	const uint64_t pool = 1ULL << 40;
+	const char *why = NULL;
+	struct kv_geometry g;
+
+	(void)state;
+	/* 2 runs of 64 KiB (above head_dim's 1024): 128 KiB blocks */
+	g = (struct kv_geometry)GEOM(2, 1, 65536, 16, KV_DTYPE_OPAQUE);
+	assert_int_equal(kvd_geometry_check(&g, pool, &why), 0);
+	g.kv_heads = 2;
+	expect_bad(&g, pool, -EINVAL);
+	g.kv_heads = 1;
+	g.quant = KV_QUANT_TOKEN;
+	expect_bad(&g, pool, -EINVAL);
+	g.quant = KV_QUANT_NONE;
+	g.run_bytes = 100;			/* 200 bytes: not 256-aligned */
+	expect_bad(&g, pool, -EINVAL);
+	g.run_bytes = KV_OPAQUE_RUN_MAX + 1;
+	expect_bad(&g, pool, -EINVAL);
+	g.run_bytes = 1 << 20;			/* 1 GiB + 1 MiB blocks */
+	g.layers = 1025;
+	expect_bad(&g, pool, -EINVAL);
+	g.layers = 1024;
+	g.block_tokens = 0;
+	expect_bad(&g, pool, -EINVAL);
+}
+
 static void test_ns_geometry_check_ok(void **state)
 {
 	const char *why = NULL;
@@ -728,6 +757,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		T(test_ns_geometry_check_errors),
 		T(test_ns_geometry_check_ok),
+		T(test_ns_geometry_check_opaque),
 		T(test_ns_init_geometry_2m),
 		T(test_ns_init_geometry_5m),
 		T(test_ns_init_too_big),

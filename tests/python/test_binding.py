@@ -1,0 +1,277 @@
+# SPDX-License-Identifier: MIT
+"""The kvd Python package's binding (python/kvd/_kvd.c) on a real kvd.
+
+Every call goes to a private kvd (kvdtest.Kvd) on the host backend:
+connect and its refusals, blocks, the prefix cache, kv_seq, the pool's
+bytes seen from two processes, errors as kvd.Error (an OSError with
+errno and reason), the GIL released while a call waits, and what
+happens when kvd goes away.
+"""
+import errno
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kvdtest import Kvd  # noqa: E402
+
+import kvd  # noqa: E402
+
+GEOM = dict(layers=2, kv_heads=2, head_dim=64, block_tokens=16)  # 16 KiB blocks
+
+
+@pytest.fixture
+def k():
+    with Kvd("64M") as d:
+        yield d
+
+
+def client(k, model="m", **kw):
+    g = dict(GEOM)
+    g.update(kw)
+    return kvd.Client(model, socket_path=k.socket, **g)
+
+
+def test_error_is_oserror():
+    assert issubclass(kvd.Error, OSError)
+
+
+def test_connect_refused_with_reason(k):
+    with pytest.raises(kvd.Error) as e:
+        client(k, layers=0)
+    assert e.value.errno == errno.EINVAL
+    assert "geometry" in str(e.value)
+    with pytest.raises(kvd.Error) as e:
+        client(k, layers=2000)              # kvd's own check, its reason
+    assert e.value.errno == errno.EINVAL
+    assert "1024" in str(e.value)
+    with pytest.raises(ValueError):
+        client(k, dtype="fp4")
+    with pytest.raises(kvd.Error) as e:
+        kvd.Client("m", socket_path=os.path.join(k.dir, "nope.sock"), **GEOM)
+    assert e.value.errno in (errno.ENOENT, errno.ECONNREFUSED)
+
+
+def test_pool_info_and_boot_id(k):
+    with client(k) as c:
+        i = c.pool_info()
+        assert i["backend"] == "host" and c.backend == "host"
+        assert i["block_bytes"] == 2 * 2 * 2 * 16 * 64 * 2 == c.block_bytes
+        assert i["max_blocks"] == c.max_blocks == i["pool_bytes"] // c.block_bytes
+        assert c.boot_id and i["boot_id"] == c.boot_id
+        with client(k, model="other") as c2:
+            assert c2.boot_id == c.boot_id      # one kvd run
+    boot = c.boot_id
+    k.restart()
+    with client(k) as c:
+        assert c.boot_id != boot                # another run
+
+
+def test_alloc_release_ref_errors(k):
+    with client(k) as c:
+        ids = c.alloc(3)
+        assert len(set(ids)) == 3
+        assert c.ref(ids[:1]) == 1
+        assert c.release(ids) == 3
+        assert c.release(ids[:1]) == 1          # the second ref
+        with pytest.raises(kvd.Error) as e:
+            c.release(ids[:1])                  # not held any more
+        assert e.value.errno == errno.EPERM
+        with pytest.raises(kvd.Error) as e:
+            c.alloc(c.max_blocks + 1)
+        assert e.value.errno in (errno.E2BIG, errno.ENOSPC)
+        with pytest.raises(ValueError):
+            c.release([-1])
+        assert c.stats()["client_refs"] == 0
+
+
+def test_prefix_commit_lookup_dedup(k):
+    toks = list(range(64))
+    hashes = kvd.hash_blocks(toks, 16)
+    assert len(hashes) == 4 and all(len(h) == 16 for h in hashes)
+    assert kvd.hash_blocks(toks[:63], 16) == hashes[:3]
+    with client(k) as a, client(k) as b:
+        ids = a.alloc(4)
+        ent = [(ids[i], hashes[i], hashes[i - 1] if i else None)
+               for i in range(4)]
+        assert a.commit(ent) == [(i, False) for i in ids]
+        hits = b.lookup(hashes + [bytes(16)])
+        assert hits == ids                      # the prefix, refs taken
+        # b commits the same hashes: deduplicated to a's blocks
+        mine = b.alloc(2)
+        out = b.commit([(mine[0], hashes[0], None),
+                        (mine[1], hashes[1], hashes[0])])
+        assert out == [(ids[0], True), (ids[1], True)]
+        b.release(hits + [ids[0], ids[1]])
+        h, got = b.alloc_prefix(b"".join(hashes[:2]), 5)   # packed hashes
+        assert h == 2 and got[:2] == ids[:2] and len(got) == 5
+        b.release(got)
+        a.release(ids)
+        st = a.stats()
+        assert st["committed_blocks"] == 4 and st["cached_blocks"] == 4
+        with pytest.raises(ValueError):
+            a.lookup([b"short"])
+        with pytest.raises(kvd.Error) as e:
+            a.alloc_prefix(hashes, 2)           # more hashes than blocks
+        assert e.value.errno == errno.EINVAL
+
+
+def _child_reads(sock, bid, q):
+    with kvd.Client("m", socket_path=sock, **GEOM) as c:
+        mem = c.block_memory(bid)
+        q.put(bytes(mem[:8]))
+        del mem
+
+
+def test_pool_memory_across_processes(k):
+    with client(k) as c:
+        bid = c.alloc(1)[0]
+        c.block_addrs([bid])                    # maps its extent
+        mem = c.pool_memory()
+        assert len(mem) == c.pool_bytes and not mem.readonly
+        off = bid * c.block_bytes
+        mem[off:off + 8] = b"kvdbytes"
+        q = mp.get_context("spawn").Queue()
+        p = mp.get_context("spawn").Process(target=_child_reads,
+                                            args=(k.socket, bid, q))
+        p.start()
+        assert q.get(timeout=30) == b"kvdbytes"
+        p.join(30)
+        assert p.exitcode == 0
+        with pytest.raises(kvd.Error) as e:
+            c.close()                           # a view is alive
+        assert e.value.errno == errno.EBUSY
+        del mem
+        c.close()
+        assert c.closed
+        c.close()                               # idempotent
+        with pytest.raises(kvd.Error) as e:
+            c.alloc(1)
+        assert e.value.errno == errno.EBADF
+
+
+def test_torch_view(k):
+    torch = pytest.importorskip("torch")
+    with client(k) as c:
+        ids = c.alloc(2)
+        c.block_addrs(ids)
+        pool = torch.frombuffer(c.pool_memory(), dtype=torch.uint8)
+        blocks = pool[:c.max_blocks * c.block_bytes].view(c.max_blocks, c.block_bytes)
+        blocks[ids[1]] = 7
+        assert bytes(c.block_memory(ids[1])[:4]) == b"\x07" * 4
+        del pool, blocks
+
+
+def test_seq(k):
+    with client(k) as a:
+        s = a.seq_open(list(range(40)))
+        assert len(s) == 40 and s.hit_tokens == 0
+        assert len(s.block_table) == 3
+        assert s.commit() >= 0
+        s.append(list(range(40, 48)))
+        assert len(s) == 48
+        f = s.fork()
+        assert f.block_table[:2] == s.block_table[:2]
+        f.close()
+        s.close()
+        assert s.closed and s.block_table == []
+        with pytest.raises(kvd.Error) as e:
+            s.append([1])
+        assert e.value.errno == errno.EBADF
+        t = a.seq_open(list(range(40)))
+        assert t.hit_tokens == 32                # two full blocks cached
+        # the Client closes its open Seqs
+    assert t.closed
+
+
+def test_opaque_namespace(k):
+    g = kvd.opaque_geometry(3, 65536, 16)
+    with kvd.Client("vllm-model", socket_path=k.socket, model_rev="L1",
+                    **g) as o, client(k, model="vllm-model") as n:
+        assert o.block_bytes == 3 * 65536
+        assert o.ns_id != n.ns_id               # never shared with native
+        ns = {r["model"] + "/" + r["dtype"]
+              for r in k.kvctl("--json", "status")["namespaces"]}
+        assert "vllm-model/opaque" in ns and "vllm-model/fp16" in ns
+    for bad in (dict(g, kv_heads=2), dict(g, quant="token"),
+                dict(g, head_dim=100)):
+        with pytest.raises(kvd.Error) as e:
+            kvd.Client("x", socket_path=k.socket, **bad)
+        assert e.value.errno == errno.EINVAL
+
+
+def test_gil_released_while_waiting(k):
+    """A call that waits in kvd lets other Python threads run."""
+    with client(k) as c:
+        held = c.alloc(c.max_blocks) if False else []
+        # fill the pool, then wait for a block that never comes
+        n = 0
+        while True:
+            try:
+                held += c.alloc(256)
+            except kvd.Error as e:
+                assert e.errno in (errno.ENOSPC, errno.EDQUOT)
+                break
+            n += 1
+            assert n < 1000
+        ticks = [0]
+        stop = threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                ticks[0] += 1
+                time.sleep(0.001)
+
+        t = threading.Thread(target=spin)
+        t.start()
+        before = ticks[0]
+        with pytest.raises(kvd.Error) as e:
+            c.alloc(1, wait_ms=600)
+        assert e.value.errno == errno.ETIMEDOUT
+        during = ticks[0] - before
+        stop.set()
+        t.join()
+        assert during > 0, "the waiting call held the GIL"
+        c.release(held)
+
+
+def test_client_shared_by_threads(k):
+    """Two threads on one Client: its lock serialises the calls."""
+    with client(k) as c:
+        errs = []
+
+        def work():
+            try:
+                for _ in range(200):
+                    c.release(c.alloc(2))
+            except Exception as e:   # noqa: BLE001
+                errs.append(e)
+
+        ts = [threading.Thread(target=work) for _ in range(2)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert not errs
+        assert c.stats()["client_refs"] == 0
+
+
+def test_kvd_gone(k):
+    c = client(k)
+    ids = c.alloc(1)
+    k.stop()
+    with pytest.raises(kvd.Error) as e:
+        c.release(ids)
+    assert e.value.errno == errno.ECONNRESET
+    assert "kvd went away" in str(e.value)
+    with pytest.raises(kvd.Error):
+        c.block_addrs(ids)
+    c.close()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q", "-p", "no:cacheprovider"]))
