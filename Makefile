@@ -470,7 +470,18 @@ bench: all
 	$(Q)$(O)/kvbench $(BENCH_SEQ) -q --json $(O)/bench-seq.json
 	$(Q)$(O)/kvbench --bench-summary $(O)
 
-.PHONY: bench
+# kvd's vLLM offloading plug-in (kvd.vllm) against vLLM's own CPU
+# offloading, in one run (issue 15): scheduler-side cost per request of
+# the managers on the shared_prompts workload, and the handlers' copy
+# bandwidth against memcpy. Needs the vendored vLLM beside the checkout
+# (../shared/vendor; skipped without it). The docstring of
+# scripts/vllm_bench.py says exactly what it measures.
+bench-vllm: all
+	@echo "  BENCH   kvd.vllm vs vLLM's CPU offloading"
+	$(Q)$(PYTHON) scripts/vllm_bench.py --json $(O)/bench-vllm.json; \
+		rc=$$?; [ $$rc -eq 77 ] && exit 0; exit $$rc
+
+.PHONY: bench bench-vllm
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin \
