@@ -41,6 +41,13 @@ typedef struct {
 	struct kv_pool_info	info;
 	unsigned		block_tokens;
 	uint32_t		data_bytes;
+	/* release(ids, wait=False): RELEASEs in flight, their ids in the
+	 * data area from 0 up to def_off; reaped before the next call
+	 * that needs the ring to itself (every other one) */
+	unsigned		deferred;
+	uint32_t		def_off;
+	unsigned long long	def_failed;	/* of them, refused by kvd */
+	int			def_err;	/* the last refusal's -errno */
 } client_object;
 
 struct seq_object {
@@ -137,8 +144,44 @@ static void client_lock(client_object *self)
 	}
 }
 
-/* client_lock(); -1 with an error if @self is (or got) closed. */
-static int client_enter(client_object *self)
+/*
+ * Reap the CQEs of deferred RELEASEs: those ready, or (@wait) all of
+ * them, sleeping without the GIL. A kvd that went away answers none:
+ * they are dropped, and the next call says -ECONNRESET itself.
+ */
+static void reap_deferred(client_object *self, int wait)
+{
+	struct kv_cqe *cqe;
+	int ret;
+
+	while (self->deferred) {
+		ret = kv_peek_cqe(self->c, &cqe);
+		if (ret == -EAGAIN && wait) {
+			Py_BEGIN_ALLOW_THREADS
+			ret = kv_wait_cqe(self->c, &cqe);
+			Py_END_ALLOW_THREADS
+		}
+		if (ret == -EAGAIN)
+			return;
+		if (ret) {
+			self->deferred = 0;
+			break;
+		}
+		if (cqe->res < 0) {
+			self->def_failed++;
+			self->def_err = cqe->res;
+		}
+		kv_cqe_seen(self->c, cqe);
+		self->deferred--;
+	}
+	self->def_off = 0;
+}
+
+/*
+ * client_lock(), then the ring to ourselves (deferred RELEASEs reaped,
+ * unless @shared); -1 with an error if @self is (or got) closed.
+ */
+static int client_enter_ring(client_object *self, int shared)
 {
 	if (!self->c) {
 		raise_kv(-EBADF, "kvd.Client", "the client is closed");
@@ -150,7 +193,13 @@ static int client_enter(client_object *self)
 		raise_kv(-EBADF, "kvd.Client", "the client is closed");
 		return -1;
 	}
+	reap_deferred(self, !shared);
 	return 0;
+}
+
+static int client_enter(client_object *self)
+{
+	return client_enter_ring(self, 0);
 }
 
 static void client_leave(client_object *self)
@@ -690,9 +739,80 @@ out:
 	return r;
 }
 
-static PyObject *client_release(client_object *self, PyObject *arg)
+/*
+ * release(ids, wait=False): one RELEASE SQE published, its completion
+ * reaped by a later call. A queue or data area that is full takes the
+ * oldest back first.
+ */
+static PyObject *release_deferred(client_object *self, const uint32_t *ids,
+				  Py_ssize_t nr)
 {
-	return ids_call(self, arg, IDS_RELEASE);
+	size_t bytes = (size_t)nr * 4;
+	struct kv_sqe *sqe;
+	void *dst;
+	int ret;
+
+	if (self->def_off + bytes > self->data_bytes ||
+	    !kv_sq_space_left(self->c))
+		reap_deferred(self, 1);
+	dst = kv_data_ptr(self->c, self->def_off, (uint32_t)bytes);
+	sqe = dst ? kv_get_sqe(self->c) : NULL;
+	if (!sqe)
+		return raise_kv(-EBUSY, "kv_release", "no room in the ring");
+	memcpy(dst, ids, bytes);
+	kv_prep_release(sqe, self->def_off, (unsigned)nr);
+	ret = kv_submit(self->c);
+	if (ret < 0)
+		return raise_call(self, ret, "kv_release");
+	self->def_off += (uint32_t)((bytes + 7) & ~(size_t)7);
+	self->deferred++;
+	return PyLong_FromSsize_t(nr);
+}
+
+static PyObject *client_release(client_object *self, PyObject *args,
+				PyObject *kw)
+{
+	static char *kwlist[] = { "ids", "wait", NULL };
+	PyObject *arg, *r = NULL;
+	int wait = 1;
+	Py_ssize_t nr;
+	uint32_t *ids;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|p", kwlist, &arg, &wait))
+		return NULL;
+	if (wait)
+		return ids_call(self, arg, IDS_RELEASE);
+	ids = u32_array(arg, "kv_release", &nr);
+	if (!ids)
+		return NULL;
+	if (!nr) {
+		PyMem_Free(ids);
+		return PyLong_FromLong(0);
+	}
+	if (client_enter_ring(self, 1))
+		goto out;
+	if (!ids_room(self, nr, 4, "kv_release"))
+		r = release_deferred(self, ids, nr);
+	client_leave(self);
+out:
+	PyMem_Free(ids);
+	return r;
+}
+
+/* flush(): wait for every deferred RELEASE; their refusals, if any. */
+static PyObject *client_flush(client_object *self, PyObject *unused)
+{
+	if (client_enter(self))
+		return NULL;
+	client_leave(self);
+	return PyLong_FromUnsignedLongLong(self->def_failed);
+}
+
+static PyObject *client_get_deferred(client_object *self, void *unused)
+{
+	return Py_BuildValue("{s:I,s:K,s:i}", "in_flight", self->deferred,
+			     "failed", self->def_failed,
+			     "last_errno", -self->def_err);
 }
 
 static PyObject *client_ref(client_object *self, PyObject *arg)
@@ -1298,8 +1418,12 @@ DOC(block_addrs, "block_addrs(ids) -> [address, ...] of each block in this proce
 DOC(alloc, "alloc(n, wait_ms=0) -> [id, ...]: n new blocks, one ref each, all or\n"
 "nothing (kv_alloc(3)); wait_ms > 0 waits that long for room\n"
 "(kv_alloc_wait(3)). kvd.Error ENOSPC, EDQUOT (which quota), E2BIG.");
-DOC(release, "release(ids) -> n: drop one ref per id (kv_release(3)); EPERM for an\n"
-"id not held, nothing changed on error.");
+DOC(release, "release(ids, wait=True) -> n: drop one ref per id (kv_release(3));\n"
+"EPERM for an id not held, nothing changed on error. wait=False publishes\n"
+"the request and returns at once (no round trip): its completion is\n"
+"reaped by the next call, and a refusal only counted (deferred, flush()).");
+DOC(flush, "flush() -> failed: wait for the deferred releases; how many kvd has\n"
+"refused since the client connected (a bug of the caller: ids not held).");
 DOC(ref, "ref(ids) -> n: one more ref per held id (kv_ref(3), fork).");
 DOC(cow, "cow(ids) -> [id, ...]: copy-on-write before writing held blocks\n"
 "(kv_cow(3)); the ids to write, new where a copy was made.");
@@ -1336,7 +1460,9 @@ static PyMethodDef client_methods[] = {
 	{ "block_addrs", (PyCFunction)client_block_addrs, METH_O, block_addrs_doc },
 	{ "alloc", (PyCFunction)(void (*)(void))client_alloc,
 	  METH_VARARGS | METH_KEYWORDS, alloc_doc },
-	{ "release", (PyCFunction)client_release, METH_O, release_doc },
+	{ "release", (PyCFunction)(void (*)(void))client_release,
+	  METH_VARARGS | METH_KEYWORDS, release_doc },
+	{ "flush", (PyCFunction)client_flush, METH_NOARGS, flush_doc },
 	{ "ref", (PyCFunction)client_ref, METH_O, ref_doc },
 	{ "cow", (PyCFunction)client_cow, METH_O, cow_doc },
 	{ "lookup", (PyCFunction)client_lookup, METH_O, lookup_doc },
@@ -1364,6 +1490,8 @@ static PyGetSetDef client_getset[] = {
 	{ "ns_id", (getter)client_get_u64, NULL, "the namespace's number (kvctl ns)", (void *)6 },
 	{ "backend", (getter)client_get_backend, NULL, "'host' or 'cuda'", NULL },
 	{ "closed", (getter)client_get_closed, NULL, "True once closed", NULL },
+	{ "deferred", (getter)client_get_deferred, NULL,
+	  "release(wait=False) requests: in_flight, failed, last_errno", NULL },
 	{ "last_error", (getter)client_get_last_error, NULL,
 	  "why the last failed Seq call failed (kv_last_error(3))", NULL },
 	{ NULL },

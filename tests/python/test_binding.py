@@ -89,6 +89,25 @@ def test_alloc_release_ref_errors(k):
         assert c.stats()["client_refs"] == 0
 
 
+def test_deferred_release(k):
+    """release(wait=False): no round trip; reaped by the next call."""
+    with client(k) as c:
+        for _ in range(3000):               # more than the SQ holds at once
+            ids = c.alloc(2)
+            assert c.release(ids, wait=False) == 2
+        assert c.stats()["client_refs"] == 0    # reaped before STATS
+        ids = c.alloc(1)
+        c.release(ids, wait=False)
+        c.release(ids, wait=False)          # not held any more: refused
+        assert c.flush() == 1
+        d = c.deferred
+        assert d["in_flight"] == 0 and d["last_errno"] == errno.EPERM
+        s = c.seq_open(list(range(20)))     # a Seq call after deferred ones
+        c.release(c.alloc(1), wait=False)
+        s.close()
+        assert c.stats()["client_refs"] == 0
+
+
 def test_prefix_commit_lookup_dedup(k):
     toks = list(range(64))
     hashes = kvd.hash_blocks(toks, 16)
