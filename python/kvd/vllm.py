@@ -286,7 +286,8 @@ class KvdOffloadingManager(OffloadingManager):
         self._backoff = BACKOFF_MIN
         self._lease = OrderedDict()     # hash -> (id, deadline), by deadline
         self._loads = {}                # hash -> [id, count]
-        self._stores = {}               # hash -> (id, boot), in store order
+        self._stores = {}               # hash -> (id, boot, seq)
+        self._seq = 0                   # store pins' order
         self._parents = {}              # store-pinned hash -> parent hash
 
     # --- the connection
@@ -489,7 +490,8 @@ class KvdOffloadingManager(OffloadingManager):
             return None
         boot = self.boot_id
         for h, bid in new:
-            self._stores[h] = (bid, boot)
+            self._seq += 1
+            self._stores[h] = (bid, boot, self._seq)
         keys = [h for h, _ in new]
         return PrepareStoreOutput(
             keys, KvdLoadStoreSpec([bid for _, bid in new], boot), [])
@@ -524,8 +526,8 @@ class KvdOffloadingManager(OffloadingManager):
 
     def complete_store(self, block_hashes, success=True):
         self._expire()
-        pins = self._take_stores(set(block_hashes))
-        mine = [(h, bid) for h, (bid, boot) in pins if boot == self.boot_id]
+        pins = self._take_stores(block_hashes)
+        mine = [(h, bid) for h, (bid, boot, _) in pins if boot == self.boot_id]
         parents = {h: self._parents.pop(h, None) for h, _ in pins}
         if len(mine) < len(pins):
             logger.warning("kvd.vllm: %d stored blocks belong to a kvd that "
@@ -538,10 +540,8 @@ class KvdOffloadingManager(OffloadingManager):
     def _take_stores(self, hashes):
         """The store pins of `hashes`, in the order they were stored: a
         chain's parents before their children, as COMMIT links them."""
-        pins = [(h, pin) for h, pin in self._stores.items() if h in hashes]
-        for h, _ in pins:
-            del self._stores[h]
-        return pins
+        pins = [(h, self._stores.pop(h)) for h in hashes if h in self._stores]
+        return sorted(pins, key=lambda pin: pin[1][2])
 
     def _commit(self, pins, parents):
         if not pins:

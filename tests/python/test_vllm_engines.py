@@ -13,15 +13,20 @@ drives the steps vLLM's Scheduler and model runner would (schedule,
 build_connector_meta, start_kv_transfers, prepare_store_kv, get_finished,
 update_connector_output) and checks:
 
-1. engine A prefills a prompt and stores its 4 full blocks in kvd;
+1. engine A prefills a prompt and stores its 4 full GPU blocks in kvd
+   (a chain in kvd's prefix tree: parents as the scheduler's touch() saw);
    engine B, started afterwards, gets them as a prefix hit
    (get_num_new_matched_tokens > 0), loads them, and its GPU blocks equal
    A's byte for byte;
 2. A extends the prompt by 3 blocks and is SIGKILLed half-way through
    writing them to kvd (after prepare_store, in the store's copy); engine
-   C, started then, hits the 4 committed blocks only, correct bytes, the 3
-   uncommitted ones miss; `kvctl check` passes, and once the engines are
-   gone no block is held and no client is left.
+   C, started then, with the prompt's first GPU block in its own prefix
+   cache, hits the committed blocks only, correct bytes, the uncommitted
+   ones miss; `kvctl check` passes, and once the engines are gone no block
+   is held and no client is left.
+
+All of it twice: offloaded blocks of one GPU block, and of two
+(block_size 32: C's load then starts inside an offloaded block).
 """
 import hashlib
 import json
@@ -55,7 +60,7 @@ def expected(tokens, nblocks):
 
 # ------------------------------------------------------------ engine process
 class Engine:
-    def __init__(self, socket):
+    def __init__(self, socket, factor):
         import torch
         from types import SimpleNamespace
         from vllm.distributed.kv_transfer.kv_connector.v1 import KVConnectorRole
@@ -82,9 +87,11 @@ class Engine:
             kv_cache_tensors=[KVCacheTensor(size=GPU_BLOCKS * self.page, shared_by=[n])
                               for n in names],
             kv_cache_groups=[KVCacheGroupSpec(layer_names=names, kv_cache_spec=spec)])
-        cfg = vllm_shim.make_vllm_config(
-            {"spec_name": "KvdOffloadingSpec", "spec_module_path": "kvd.vllm",
-             "kvd_socket": socket}, block_size=BS)
+        extra = {"spec_name": "KvdOffloadingSpec", "spec_module_path": "kvd.vllm",
+                 "kvd_socket": socket}
+        if factor > 1:
+            extra["block_size"] = BS * factor
+        cfg = vllm_shim.make_vllm_config(extra, block_size=BS)
         cfg.model_config = SimpleNamespace(model="test/engines", revision=None)
         init_none_hash(sha256)
         self.hasher = get_request_block_hasher(BS, sha256)
@@ -210,9 +217,9 @@ class Engine:
         store._copy = copy_half
 
 
-def engine_main(socket):
+def engine_main(socket, factor):
     need_vllm()
-    eng = Engine(socket)
+    eng = Engine(socket, factor)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         cmd = json.loads(line)
@@ -225,9 +232,10 @@ def engine_main(socket):
 
 # ------------------------------------------------------------------ the test
 class Proc:
-    def __init__(self, k):
+    def __init__(self, k, factor):
         env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1")
-        self.p = subprocess.Popen([sys.executable, __file__, "--engine", k.socket],
+        self.p = subprocess.Popen([sys.executable, __file__, "--engine", k.socket,
+                                   str(factor)],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   text=True, env=env)
         assert self.reply() == {"ready": True}
@@ -269,33 +277,39 @@ def check(cond, what):
     print("ok:", what)
 
 
-def test(k):
-    a = Proc(k)
+def test(k, factor):
+    """The scenario with offloaded blocks of `factor` GPU blocks."""
+    off = BS * factor
+    a = Proc(k, factor)
     r = ra = a.run(P1)
     check(r["local"] == 0 and r["ext"] == 0, "A: nothing cached anywhere for P1")
     check(r["digest"] == expected(P1, 4), "A: prefill wrote P1's 4 blocks")
     tree = k.kvctl("--json", "prefix", "--tree", "--depth", "8")["tree"]
-    check([n["depth"] for n in tree] == [0, 1, 2, 3],
-          "kvd: they are one chain (parents from the scheduler's touch)")
+    check([n["depth"] for n in tree] == list(range(64 // off)),
+          f"kvd: {64 // off} blocks of {off} tokens, one chain (parents from touch)")
 
-    b = Proc(k)
+    b = Proc(k, factor)
     r = b.run(P1)
-    check(r["ext"] == 4 * BS, f"B: P1 hits A's 4 blocks in kvd ({r['ext']} tokens)")
+    check(r["ext"] == 64, f"B: P1 hits A's blocks in kvd ({r['ext']} tokens)")
     check(r["loaded"] == ra["digest"] == expected(P1, 4),
           "B: loaded bytes equal A's, byte for byte")
 
+    new = len(P2) // off - 64 // off
     a.p.stdin.write(json.dumps({"op": "run", "tokens": P2, "stall": True}) + "\n")
     a.p.stdin.flush()
     r = a.reply()
-    check(r == {"stalled": 3}, "A: stopped half-way through storing P2's 3 new blocks")
-    check(held(k)[0] == 3, "kvd: A holds the 3 uncommitted blocks")
+    check(r == {"stalled": new}, f"A: stopped half-way through storing P2's {new} new blocks")
+    check(held(k)[0] == new, f"kvd: A holds the {new} uncommitted blocks")
     a.p.send_signal(signal.SIGKILL)
     a.p.wait()
     check(wait_for(k, (0, 2)), "kvd: A's blocks released when it died (B's 2 clients left)")
 
-    c = Proc(k)
+    c = Proc(k, factor)
+    c.run(P2[:BS] + [999] * 5)                  # P2's first GPU block, cached in C
     r = c.run(P2)
-    check(r["ext"] == 4 * BS, f"C: P2 hits the 4 committed blocks only ({r['ext']} tokens)")
+    check(r["local"] == BS and r["ext"] == 64 - BS,
+          f"C: P2 hits its own first GPU block, then kvd's committed blocks only "
+          f"({r['ext']} tokens{', the first load inside a block' if factor > 1 else ''})")
     check(r["loaded"] == expected(P2, 4), "C: their bytes are correct")
     check(r["digest"] == expected(P2, 7), "C: computed the 3 others itself")
     check(k.kvctl("check", check=False).returncode == 0, "kvctl check passes")
@@ -305,19 +319,21 @@ def test(k):
 
 
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--engine":
-        return engine_main(sys.argv[2])
+    if len(sys.argv) == 4 and sys.argv[1] == "--engine":
+        return engine_main(sys.argv[2], int(sys.argv[3]))
     need_vllm()
     if not os.path.exists(os.path.join(BUILD, "python", "kvd", "vllm.py")):
         print("SKIP: the kvd Python package is not built (python3-dev)", file=sys.stderr)
         return 77
     t0 = time.monotonic()
-    with Kvd(pool="64M") as k:
-        try:
-            test(k)
-        except AssertionError as e:
-            print(f"FAIL: {e}\n{k.tail()}", file=sys.stderr)
-            return 1
+    for factor in (1, 2):
+        print(f"== offloaded blocks of {factor} GPU block(s)")
+        with Kvd(pool="64M") as k:
+            try:
+                test(k, factor)
+            except AssertionError as e:
+                print(f"FAIL: {e}\n{k.tail()}", file=sys.stderr)
+                return 1
     print(f"PASS ({time.monotonic() - t0:.1f} s)")
     return 0
 
