@@ -575,9 +575,8 @@ class _WorkerPool:
 
     KEEP = 2
 
-    def __init__(self, connect, device):
+    def __init__(self, connect):
         self._connect = connect
-        self.device = device
         self._views = OrderedDict()     # boot_id -> (client, blocks)
         self._retry_at = 0.0
         self._backoff = BACKOFF_MIN
@@ -639,7 +638,9 @@ class _WorkerPool:
     def _tensor(self, c):
         mem = c.pool_memory()
         if c.backend == "cuda":
-            flat = torch.as_tensor(mem, device=self.device)
+            # on kvd's GPU, where the pool is mapped (never a copy elsewhere)
+            dev = torch.device("cuda", c.pool_info()["device"])
+            flat = torch.as_tensor(mem, device=dev)
         else:
             flat = torch.frombuffer(mem, dtype=torch.uint8)
         n = c.max_blocks
@@ -929,7 +930,7 @@ class KvdOffloadingSpec(OffloadingSpec):
         sizes = [t.page_size_bytes * self.block_size_factor for t in kv_caches.tensors]
         base = self.layout.rank_offset(rank)
         offsets = [base + o for o in self.layout.tensor_offsets(sizes)]
-        pool = _WorkerPool(self.connect, gpu[0].device)
+        pool = _WorkerPool(self.connect)
         pool.connect_now()
         return tuple(KvdOffloadingHandler(pool, rank, gpu, offsets,
                                           self.block_size_factor, store)
