@@ -26,6 +26,11 @@ kv_connector_extra_config keys (all optional):
   kvd_model_id           the model id in kvd (default: vLLM's model name)
   lookup_lease_ms        how long a lookup's hits stay pinned for the load
                          that normally follows it (default 2000)
+  touch_refresh_ms       a chain vLLM touches without a lookup (a prompt
+                         all in its GPU cache, a request it stores) is
+                         refreshed in kvd's LRU (one LOOKUP) unless each
+                         of its blocks was hit or committed within this
+                         many ms (default 1000)
   kvd_connect_timeout_ms, kvd_call_timeout_ms
                          libkvclient's timeouts (0: its defaults: 10 s to
                          connect, calls wait for ever)
@@ -85,8 +90,10 @@ What the manager does (KvdOffloadingManager, in the scheduler):
                  (expired pins go at the start of the manager's next call)
   prepare_load   the lease pins become load pins; hashes not pinned are
                  looked up again; a hash kvd lost (it restarted) gets id -1
-  touch          remembers chain parents only: kvd's LRU is kept by the
-                 lookups and commits themselves
+  touch          remembers chain parents, and the chain: kvd's LRU order
+                 of its blocks is refreshed by the LOOKUP of the lookup
+                 that follows it (one request for both), else at the
+                 manager's next call (a LOOKUP whose refs go at once)
   complete_load  drops the load pins
   prepare_store  ALLOC_PREFIX: hashes kvd has already are not stored
                  again; new blocks are held until complete_store
@@ -97,7 +104,7 @@ What the manager does (KvdOffloadingManager, in the scheduler):
 
 Differences from CPUOffloadingManager: capacity is kvd's pool (and the
 tenant's quotas), shared with every engine; kvd evicts by itself (LRU of
-unheld blocks, refreshed by lookups and commits, not by touch; leaf first,
+unheld blocks, refreshed by lookups, commits and touch; leaf first,
 so a block whose child is cached goes after it), so prepare_store never
 reports evictions (block_hashes_evicted is always []) and there are no
 "removed" events; prepare_store returns None when kvd has no room (ENOSPC,
@@ -156,6 +163,7 @@ MODEL_ID_MAX = 63               # kvd's model id: 64 bytes with the NUL
 MAX_RUNS = 1024                 # kvd's opaque geometry limits
 MAX_BLOCK_BYTES = 1 << 30
 BACKOFF_MIN, BACKOFF_MAX = 0.1, 5.0
+FRESH_MAX = 1 << 18             # hashes whose last LRU refresh is kept
 
 
 def kvd_hash(block_hash):
@@ -167,7 +175,12 @@ def kvd_hash(block_hash):
 
 
 def _packed(hashes):
-    return b"".join(kvd_hash(h) for h in hashes)
+    """The 16-byte keys of `hashes`, packed (one bytes object)."""
+    b = b"".join([h[:16] for h in hashes])
+    if len(b) != 16 * len(hashes):
+        for h in hashes:
+            kvd_hash(h)             # raises, naming the short one
+    return b
 
 
 def _chunks(seq, n=None):
@@ -273,7 +286,8 @@ class KvdOffloadingManager(OffloadingManager):
     """
 
     def __init__(self, connect, block_size, *, lookup_lease_ms=2000,
-                 enable_events=False, clock=time.monotonic):
+                 touch_refresh_ms=1000, enable_events=False,
+                 clock=time.monotonic):
         self._connect = connect
         self.block_size = block_size
         self.medium = MEDIUM
@@ -289,6 +303,10 @@ class KvdOffloadingManager(OffloadingManager):
         self._stores = {}               # hash -> (id, boot, seq)
         self._seq = 0                   # store pins' order
         self._parents = {}              # store-pinned hash -> parent hash
+        self._touched = []              # touch's chain, not yet refreshed
+        self._fresh = OrderedDict()     # hash -> when kvd last saw it used
+        self._chain_short = False
+        self._touch_s = max(0, touch_refresh_ms) / 1000.0
 
     # --- the connection
     def client(self, strict=False):
@@ -333,6 +351,7 @@ class KvdOffloadingManager(OffloadingManager):
         self._loads.clear()
         self._stores.clear()
         self._parents.clear()
+        self._touched = []
         if c is not None:
             try:
                 c.close()
@@ -352,13 +371,49 @@ class KvdOffloadingManager(OffloadingManager):
             return None
 
     def _release(self, ids):
+        """Drop refs without waiting: nothing needs kvd's answer, which
+        the next request reaps (kvd.Client.release(wait=False))."""
         ids = [i for i in ids if i >= 0]
         for part in _chunks(ids):
-            if self._call("release", lambda c, p: c.release(p), part,
-                          connect=False) is None:
+            if self._call("release", lambda c, p: c.release(p, wait=False),
+                          part, connect=False) is None:
                 return
 
+    def _refresh(self, chain, keep=0):
+        """LOOKUP `chain` (refreshing its hits in kvd's LRU) and drop the
+        refs of all but the hits from index `keep` on: the ids of those."""
+        ids = self._lookup(chain)
+        self._chain_short = len(ids) < keep
+        self._release(ids[:keep])
+        return ids[keep:]
+
+    def _saw(self, hashes):
+        """kvd refreshed `hashes` in its LRU just now (hits, commits)."""
+        now, fresh = self._clock(), self._fresh
+        for h in hashes:
+            fresh[h] = now
+            fresh.move_to_end(h)
+        while len(fresh) > FRESH_MAX:
+            fresh.popitem(last=False)
+
+    def _stale(self, chain):
+        """Does a block of `chain` want a refresh: one not refreshed for
+        touch_refresh_s and not about to be committed (a store pin)?"""
+        old = self._clock() - self._touch_s
+        return any(self._fresh.get(h, -1e18) < old for h in chain
+                   if h not in self._stores)
+
+    def _flush_touch(self):
+        """A touch no lookup took along (the scheduler's touch of a
+        prompt all on the GPU, or of a request it stores): refresh its
+        chain now with one LOOKUP whose refs go at once, unless its
+        blocks were hit or committed within touch_refresh_s."""
+        chain, self._touched = self._touched, []
+        if chain and self._c is not None and self._stale(chain):
+            self._refresh(chain, len(chain))
+
     def _expire(self):
+        self._flush_touch()
         now, dead = self._clock(), []
         while self._lease:
             h, (bid, deadline) = next(iter(self._lease.items()))
@@ -375,6 +430,7 @@ class KvdOffloadingManager(OffloadingManager):
             got = self._call("lookup", lambda c, p: c.lookup(_packed(p)), part)
             if got is None:
                 return ids
+            self._saw(part[:len(got)])
             ids += got
             if len(got) < len(part):
                 break
@@ -386,13 +442,41 @@ class KvdOffloadingManager(OffloadingManager):
                 self._parents[h] = parent
 
     # --- OffloadingManager
+    def _lookup_touched(self, chain, hashes):
+        """touch's `chain` and the lookup of `hashes` that continues it
+        in one LOOKUP: the chain's hits only refresh kvd's LRU (their
+        refs go at once). A chain kvd lacks part of (a block vLLM never
+        offloaded) ends the hits early: then `hashes` again alone."""
+        ids = self._refresh(chain + hashes, len(chain))
+        if ids or self._c is None or not self._chain_short:
+            return ids
+        return self._lookup(hashes)
+
+    def _touched_prefix(self, hashes):
+        """How many hashes of touch's chain come before `hashes`, when
+        `hashes` continues it (the scheduler touches a request's whole
+        chain, then looks up from its first block not on the GPU); else
+        None, and the touch is refreshed on its own."""
+        chain, n = self._touched, len(hashes)
+        start = len(chain) - n
+        if start < 0 or chain[start:] != hashes:
+            return None
+        self._touched = []
+        return chain[:start]
+
     def lookup(self, block_hashes):
-        self._expire()
         hashes = list(block_hashes)
+        before = self._touched_prefix(hashes)
+        self._expire()
         k = 0
         while k < len(hashes) and hashes[k] in self._lease:
             k += 1
-        ids = self._lookup(hashes[k:]) if k < len(hashes) else []
+        if before is not None and k < len(hashes):
+            ids = self._lookup_touched(before + hashes[:k], hashes[k:])
+        elif k < len(hashes):
+            ids = self._lookup(hashes[k:])
+        else:
+            ids = []
         if self._c is None:
             return 0
         deadline, dup = self._clock() + self._lease_s, []
@@ -460,10 +544,14 @@ class KvdOffloadingManager(OffloadingManager):
             idx = idx[len(found) + 1:] if self._c is not None else []
 
     def touch(self, block_hashes):
-        """Only remembers chain parents (for COMMIT): kvd's LRU order is
-        kept by lookups and commits, which refresh it themselves."""
+        """Remembers chain parents (for COMMIT) and the chain, whose
+        blocks the next call refreshes in kvd's LRU: folded into the
+        LOOKUP of a lookup that continues it, else one LOOKUP of its own
+        (refs dropped at once)."""
         self._expire()
-        self._remember_parents(list(block_hashes))
+        hashes = list(block_hashes)
+        self._remember_parents(hashes)
+        self._touched = hashes
 
     def complete_load(self, block_hashes):
         self._expire()
@@ -506,6 +594,7 @@ class KvdOffloadingManager(OffloadingManager):
                 self._release(hits + [bid for _, bid in new])
                 return None
             n, ids = got
+            self._saw(part[:n])
             hits += ids[:n]
             new += list(zip(part[n:], ids[n:]))
         self._release(hits)
@@ -556,6 +645,7 @@ class KvdOffloadingManager(OffloadingManager):
                 self._release([bid for _, bid in part])
                 continue
             held += [bid for bid, _ in got]
+            self._saw([h for h, _ in part])
             stored += [h for (h, _), (_, dedup) in zip(part, got) if not dedup]
         self._release(held)
         if stored and self.events is not None:
@@ -844,6 +934,7 @@ class KvdOffloadingSpec(OffloadingSpec):
         self.socket_path = (self.extra_config.get("kvd_socket")
                             or os.environ.get("KVD_SOCKET") or None)
         self.lookup_lease_ms = int(self.extra_config.get("lookup_lease_ms", 2000))
+        self.touch_refresh_ms = int(self.extra_config.get("touch_refresh_ms", 1000))
         self._manager = None
         self._handlers = None
 
@@ -909,6 +1000,7 @@ class KvdOffloadingSpec(OffloadingSpec):
             manager = KvdOffloadingManager(
                 self.connect, self.offloaded_block_size,
                 lookup_lease_ms=self.lookup_lease_ms,
+                touch_refresh_ms=self.touch_refresh_ms,
                 enable_events=bool(events and events.enable_kv_cache_events))
             manager.client(strict=True)
             self._manager = _filtered(manager, self.extra_config)

@@ -21,10 +21,11 @@ semantics agree; where they differ:
 |                                          | blocks went is checked by lookups             |
 | "removed" OffloadingEvents               | none (evictions are kvd's, not seen); stored  |
 |                                          | events as the CPU manager's, medium "KVD"     |
-| LRU order by touch()                     | kvd's own LRU, refreshed by lookups, loads    |
-|                                          | and commits, not by touch() (which only       |
-|                                          | records chain parents): after touch([5,6,7])  |
-|                                          | kvd may evict any unheld block for [9]        |
+| LRU order by touch()                     | kvd's own LRU, refreshed by lookups, loads,   |
+|                                          | commits and touch() (one LOOKUP, folded into  |
+|                                          | the lookup that follows it, else at the next  |
+|                                          | call, at most every touch_refresh_ms a chain; |
+|                                          | touch() is a prefix, as vLLM's chains are)    |
 | any unheld block may be evicted          | leaf first: a block whose child (as touch()   |
 |                                          | saw the chain) is cached goes after it; these |
 |                                          | scenarios touch no chain, as the CPU test     |
@@ -168,6 +169,53 @@ def test_already_stored_block_not_evicted_during_prepare_store(k):
     m.complete_store(to_hashes([2, 3, 4, 5]))
     assert m.lookup(to_hashes([2])) == 1
     assert present(m, [1, 2, 3, 4, 5]) == [2, 3, 4, 5]
+
+
+def test_touch_refreshes_lru(k):
+    """touch() keeps a block warm in kvd's LRU, as in the CPU manager:
+    refreshed at the next call when no lookup takes it along."""
+    clock = Clock()
+    m = make(k, clock=clock)
+    for i in (1, 2, 3, 4):                                  # 1 the oldest
+        m.prepare_store(to_hashes([i]))
+        m.complete_store(to_hashes([i]))
+    m.touch(to_hashes([2]))             # committed just now: fresh enough
+    m.lookup(to_hashes([7]))
+    clock.t += 1.5                      # past touch_refresh_ms
+    m.touch(to_hashes([1]))
+    verify_store_output(m.prepare_store(to_hashes([5])), [5])
+    m.complete_store(to_hashes([5]))
+    assert present(m, [1, 2, 3, 4, 5]) == [1, 3, 4, 5]     # 2 went, not 1
+    m.close()
+    assert held(k) == 0
+
+
+def test_touch_then_lookup_is_one_lookup(k):
+    """The scheduler's touch(whole chain) + lookup(its tail) is one LOOKUP
+    (and a RELEASE nothing waits for), with the lookup's answer."""
+    m = make(k, lookup_lease_ms=2000)
+    hs = to_hashes([1, 2, 3])
+    m.prepare_store(hs)
+    m.touch(hs)
+    m.complete_store(hs)
+    c = m.client()
+    ops = c.stats()["ops"]
+    m.touch(hs)
+    assert m.lookup(hs[1:]) == 2
+    assert c.stats()["ops"] - ops == 1 + 2                  # STATS, LOOKUP, RELEASE
+    verify_load_output(m.prepare_load(hs[1:]), present_ids(m, hs)[1:])
+    m.complete_load(hs[1:])
+    # a chain kvd lacks the head of: the tail is still found
+    m.touch(to_hashes([9]) + hs[1:])
+    assert m.lookup(hs[1:]) == 2
+    m.close()
+    assert held(k) == 0
+
+
+def present_ids(m, hashes):
+    ids = m.client().lookup([h[:16] for h in hashes])
+    m.client().release(ids)
+    return ids
 
 
 def test_eviction_with_load(k):
