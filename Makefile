@@ -4,6 +4,8 @@
 #   make deps     install the missing Debian packages (scripts/install-deps.sh)
 #   make test     deps, then unit + integration tests, man page lint, clang check
 #   make demo     deps, then kvd on the host backend + kvbench with 4 engines
+#   make demo-vllm  two vLLM engine processes sharing a prompt through kvd
+#   make bench-vllm kvd.vllm against vLLM's CPU offloading, one run
 #   make bench    deps, then benchmarks on private kvds and one summary table
 #   make soak     60 s of 8 clients killed and restarted at random (SOAK_SECONDS)
 #   make tsan     the ring stress test under ThreadSanitizer (build-tsan/)
@@ -72,7 +74,7 @@ all: $(O)/kvd $(LIB) $(KERNELS_LIB) $(TOOLS) kernels python
 deps:
 	$(Q)sh scripts/install-deps.sh
 
-SETUP_GOALS	:= deps demo test check bench gpu-bundle
+SETUP_GOALS	:= deps demo demo-vllm test check bench bench-vllm gpu-bundle
 DEPS_FIRST	:= $(if $(filter $(SETUP_GOALS),$(MAKECMDGOALS)),deps)
 
 $(O)/obj/%.o: %.c | $(DEPS_FIRST)
@@ -440,6 +442,11 @@ valgrind:
 demo: all
 	$(Q)sh tools/demo.sh $(O)
 
+# Two vLLM engine processes (vLLM's real scheduler and offloading code,
+# the vendored sources) sharing a system prompt through kvd.
+demo-vllm: all
+	$(Q)O=$(O) $(PYTHON) tools/vllm_demo.py
+
 # Benchmarks, not tests: they report figures and the goals of issue 8 and
 # never fail on a timing. Each starts its own kvd (kvbench(8) BENCHMARKS);
 # the JSON reports stay in $(O)/bench-*.json, the last step sums them up.
@@ -511,6 +518,6 @@ clean:
 # The header dependencies the compiles wrote (DEPFLAGS).
 -include $(shell find $(O) $(FUZZ_O) -name '*.d' 2>/dev/null)
 
-.PHONY: all deps test check man-check clang-check layering-check demo install clean kernels kernels-usage \
+.PHONY: all deps test check man-check clang-check layering-check demo demo-vllm bench-vllm install clean kernels kernels-usage \
 	ring-stress soak tsan valgrind
 .SECONDARY:
