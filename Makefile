@@ -268,7 +268,7 @@ endif
 # without the build's packages: $(O)/gpu-bundle/ and its .tar.gz
 # (scripts/gpu-bundle.sh; README "The GPU check on a bare host").
 gpu-bundle: all kernels $(O)/tests/unit/test_cuda $(O)/tests/unit/test_lib_cuda
-	$(Q)O=$(O) NVCC=$(NVCC) sh scripts/gpu-bundle.sh $(O)/gpu-bundle
+	$(Q)O=$(O) NVCC=$(NVCC) PYTHON=$(PYTHON) sh scripts/gpu-bundle.sh $(O)/gpu-bundle
 
 .PHONY: gpu-bundle
 # ---- end of gpu bundle -----------------------------------------------------

@@ -18,7 +18,9 @@
 #     other's committed blocks, COW on the device (vmm and legacy exports),
 #   - kvbench on the cuda backend, the pool shrinking back when idle,
 #   - kvd killed and restarted under a client, which reconnects,
-#   - device memory given back when kvd stops.
+#   - device memory given back when kvd stops,
+#   - the Python package: pool views on the device, kvd.vllm's device
+#     copies (tests/gpu/vllm_cuda.py; SKIP without python3 and torch).
 # Prints PASS/FAIL per check and "N passed, N failed"; exit 0 when all
 # pass, 1 when one fails (or the build does), 77 when the host checks pass
 # but there is no CUDA driver or device. About a minute on an H200.
@@ -198,6 +200,28 @@ if start_kvd --backend cuda --pool-size 4G; then
 	check "restarted kvd stops cleanly" stop_kvd
 else
 	fail "kvd --backend cuda starts"
+fi
+
+echo "== the Python package on the device (vllm_cuda.py)"
+# the bundle's vendor/, else the developers' workspace beside the tree
+V=$B/vendor
+[ -d "$V" ] || V=${KVD_VLLM_VENDOR:-$here/../../../shared/vendor}
+PY=$(command -v python3 || true)
+if [ -z "$PY" ]; then
+	echo "SKIP  kvd Python package on the GPU: no python3"
+elif start_kvd --backend cuda --pool-size 4G; then
+	O=${O:-build} timeout 300 "$PY" "$T"/vllm_cuda.py "$D/kvd.sock" "$V" \
+		>"$D/py.txt" 2>&1
+	rc=$?
+	grep -E "^(PASS|FAIL|SKIP)" "$D/py.txt"
+	case $rc in
+	0) pass "kvd Python package: cuda pool views and kvd.vllm's device copies" ;;
+	77) ;;
+	*) tail -20 "$D/py.txt"; fail "kvd Python package on the GPU (exit $rc)" ;;
+	esac
+	check "kvd (python checks) stops cleanly" stop_kvd
+else
+	fail "kvd --backend cuda starts (python checks)"
 fi
 
 echo "== $passes passed, $fails failed"
