@@ -28,7 +28,7 @@ BUILD = os.path.join(ROOT, O)
 VENDOR = os.environ.get("KVD_VLLM_VENDOR") or os.path.join(
     os.path.dirname(ROOT), "shared", "vendor")
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from vllm_engine import BS, expected  # noqa: E402
+from vllm_engine import BS, EngineProcess, expected  # noqa: E402
 
 MODEL = "demo/tiny-llama"
 LAYERS, HEADS, HEAD, GPU_BLOCKS = 4, 8, 128, 128        # 64 KiB pages
@@ -75,35 +75,17 @@ class Kvd:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class Engine:
+class Engine(EngineProcess):
     def __init__(self, name, kvd):
-        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
-                   KVD_VLLM_VENDOR=VENDOR, O=O)
         self.name = name
-        self.p = subprocess.Popen(
-            [sys.executable, os.path.join(ROOT, "tools", "vllm_engine.py"), kvd.sock,
-             "1", str(LAYERS), str(HEADS), str(HEAD), str(GPU_BLOCKS), MODEL],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        assert self.reply() == {"ready": True}
-
-    def reply(self):
-        for line in self.p.stdout:
-            if line.startswith("{"):
-                return json.loads(line)
-        raise RuntimeError(f"engine {self.name} exited ({self.p.wait()})")
+        super().__init__(kvd.sock, 1, (LAYERS, HEADS, HEAD, GPU_BLOCKS, MODEL),
+                         vendor=VENDOR, build=O)
 
     def run(self, tokens):
-        self.p.stdin.write(json.dumps({"op": "run", "tokens": tokens}) + "\n")
-        self.p.stdin.flush()
         t0 = time.monotonic()
-        r = self.reply()
+        r = super().run(tokens)
         r["ms"] = (time.monotonic() - t0) * 1000
         return r
-
-    def quit(self):
-        self.p.stdin.write('{"op": "quit"}\n')
-        self.p.stdin.close()
-        return self.p.wait(timeout=30)
 
 
 def request(eng, checks):
@@ -132,7 +114,7 @@ def namespace(kvd):
 
 def demo(kvd):
     checks = []
-    say(f"== kvd on the host backend (256 MiB), vLLM v0.19's scheduler and "
+    say("== kvd on the host backend (256 MiB), vLLM v0.19's scheduler and "
         f"offloading connector with kvd.vllm.KvdOffloadingSpec")
     say(f"   model {MODEL}: {LAYERS} layers x {HEADS} KV heads x {HEAD}, fp16, "
         f"{BS}-token blocks; a system prompt of {len(SYSTEM)} tokens")
@@ -142,7 +124,7 @@ def demo(kvd):
     hit_b = request(b, checks)
     checks.append(hit_b == len(SYSTEM))
     ns = namespace(kvd)
-    say(f"== kvctl status: the namespace both engines share")
+    say("== kvctl status: the namespace both engines share")
     say(f"   model {ns['model']}  rev {ns['rev']}  dtype {ns['dtype']}  "
         f"{ns['layers']} runs x {ns['head_dim']} bytes = {ns['block_bytes']} bytes "
         f"a block, {ns['block_tokens']} tokens")
@@ -176,7 +158,7 @@ def main():
         kvd.kvctl("check")
         rc = kvd.stop()
         gone = not os.path.exists(kvd.sock)
-        say(f"== summary")
+        say("== summary")
         say(f"   shared:     engine B hit {hit} of its prompt's tokens in kvd "
             f"(the system prompt engine A stored); A, restarted, hit them again")
         say(f"   bytes:      every loaded block equal to the stored one: "

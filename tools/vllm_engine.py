@@ -25,6 +25,7 @@ reads {"op": "run", "tokens": [...]} lines and answers each with
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -234,6 +235,42 @@ def engine_main(socket, factor, **geometry):
             break
         out = eng.run(cmd["tokens"], stall=cmd.get("stall", False))
         print(json.dumps(out), flush=True)
+
+
+class EngineProcess:
+    """The other end: an engine process of this file, driven by JSON."""
+
+    def __init__(self, socket, factor=1, args=(), vendor=None, build="build"):
+        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
+                   O=build)
+        if vendor:
+            env["KVD_VLLM_VENDOR"] = vendor
+        self.p = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), socket, str(factor),
+             *map(str, args)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        if self.reply() != {"ready": True}:
+            raise RuntimeError("the engine did not start")
+
+    def reply(self):
+        for line in self.p.stdout:
+            if line.startswith("{"):
+                return json.loads(line)
+        raise RuntimeError(f"engine exited ({self.p.wait()})")
+
+    def send(self, tokens, **kw):
+        self.p.stdin.write(json.dumps({"op": "run", "tokens": tokens, **kw}) + "\n")
+        self.p.stdin.flush()
+
+    def run(self, tokens, **kw):
+        self.send(tokens, **kw)
+        return self.reply()
+
+    def quit(self):
+        """Ask it to stop; its exit status."""
+        self.p.stdin.write('{"op": "quit"}\n')
+        self.p.stdin.close()
+        return self.p.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,8 @@ checks:
 All of it twice: offloaded blocks of one GPU block, and of two
 (block_size 32: C's load then starts inside an offloaded block).
 """
-import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -35,38 +33,20 @@ sys.path.insert(0, HERE)
 from kvdtest import BUILD, ROOT, VENDOR, Kvd, need_vllm  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from vllm_engine import BS, expected  # noqa: E402
+from vllm_engine import BS, EngineProcess, expected  # noqa: E402
 
-ENGINE = os.path.join(ROOT, "tools", "vllm_engine.py")
 P1 = [(7 * i + 3) % 1000 for i in range(4 * BS + 5)]          # 4 full blocks + 5
 P2 = P1[:4 * BS] + [(11 * i + 5) % 1000 for i in range(3 * BS + 3)]
 
 
 # ------------------------------------------------------------------ the test
-class Proc:
+class Proc(EngineProcess):
     def __init__(self, k, factor):
-        env = dict(os.environ, PYTHONHASHSEED="0", PYTHONDONTWRITEBYTECODE="1",
-                   KVD_VLLM_VENDOR=VENDOR, O=os.path.relpath(BUILD, ROOT))
-        self.p = subprocess.Popen([sys.executable, ENGINE, k.socket, str(factor)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  text=True, env=env)
-        assert self.reply() == {"ready": True}
-
-    def reply(self):
-        for line in self.p.stdout:
-            if line.startswith("{"):
-                return json.loads(line)
-        raise RuntimeError(f"engine exited: {self.p.wait()}")
-
-    def run(self, tokens, **kw):
-        self.p.stdin.write(json.dumps({"op": "run", "tokens": tokens, **kw}) + "\n")
-        self.p.stdin.flush()
-        return self.reply()
+        super().__init__(k.socket, factor, vendor=VENDOR,
+                         build=os.path.relpath(BUILD, ROOT))
 
     def quit(self):
-        self.p.stdin.write('{"op": "quit"}\n')
-        self.p.stdin.close()
-        assert self.p.wait(timeout=30) == 0
+        assert super().quit() == 0
 
 
 def held(k):
@@ -107,8 +87,7 @@ def test(k, factor):
           "B: loaded bytes equal A's, byte for byte")
 
     new = len(P2) // off - 64 // off
-    a.p.stdin.write(json.dumps({"op": "run", "tokens": P2, "stall": True}) + "\n")
-    a.p.stdin.flush()
+    a.send(P2, stall=True)
     r = a.reply()
     check(r == {"stalled": new}, f"A: stopped half-way through storing P2's {new} new blocks")
     check(held(k)[0] == new, f"kvd: A holds the {new} uncommitted blocks")
