@@ -115,7 +115,7 @@ def namespace(kvd):
 def demo(kvd):
     checks = []
     say("== kvd on the host backend (256 MiB), vLLM v0.19's scheduler and "
-        f"offloading connector with kvd.vllm.KvdOffloadingSpec")
+        "offloading connector with kvd.vllm.KvdOffloadingSpec")
     say(f"   model {MODEL}: {LAYERS} layers x {HEADS} KV heads x {HEAD}, fp16, "
         f"{BS}-token blocks; a system prompt of {len(SYSTEM)} tokens")
     a = Engine("A", kvd)
