@@ -148,12 +148,15 @@ python:
 	@echo "  PYTHON  $(PYTHON): no Python.h (python3-dev): the kvd package skipped"
 endif
 
+# RUNPATH: $(O)/ from $(O)/python/kvd, $(PREFIX)/lib from an installed
+# $(PREFIX)/lib/python3.N/dist-packages/kvd (under any DESTDIR), PREFIX.
 $(PY_MOD): python/kvd/_kvd.c $(LIB) | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $< (python)"
 	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -isystem $(PY_INCLUDE) $(CFLAGS) -fPIC -shared \
 		-fvisibility=hidden -o $@ $< -L$(O) -lkvclient \
-		-Wl,-rpath,'$$ORIGIN/../..' -Wl,-rpath,$(PREFIX)/lib
+		-Wl,-rpath,'$$ORIGIN/../..' -Wl,-rpath,'$$ORIGIN/../../..' \
+		-Wl,-rpath,$(PREFIX)/lib
 
 $(PY_PKG)/%.py: python/kvd/%.py
 	@mkdir -p $(dir $@)

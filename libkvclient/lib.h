@@ -51,6 +51,8 @@ struct kv_client {
 	int64_t		beat_ns;	/* lease_ms / 4, 0: no lease: how
 					 * often a sleeping wait beats */
 	int64_t		last_beat_ns;	/* last heartbeat (queue.c) */
+	struct kv_sqe	orphan;		/* the last of them: the refs its late
+					 * completion took are given back */
 	uint32_t	sync_orphans;	/* timed-out sync requests still in
 					 * flight: their CQEs are dropped */
 

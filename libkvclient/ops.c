@@ -5,22 +5,78 @@
  * asynchronous requests are queued or in flight. With a call timeout
  * (kv_connect_params.call_timeout_ms) they give up with -ETIMEDOUT.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "lib.h"
 
 /*
+ * Where the ids a late completion of @sqe holds refs on are, in the data
+ * area, and how many (0: it took none the caller learnt of).
+ */
+static uint32_t orphan_ids(const struct kv_sqe *sqe, int res, uint32_t *off)
+{
+	if (res <= 0)
+		return 0;
+	switch (sqe->opcode) {
+	case KV_OP_ALLOC:
+		*off = sqe->off;
+		return (uint32_t)res;
+	case KV_OP_LOOKUP:
+		*off = (uint32_t)sqe->args[0];
+		return (uint32_t)res;
+	}
+	return 0;
+}
+
+/* ALLOC_PREFIX takes all nr blocks once it succeeds, hits or not. */
+static uint32_t orphan_prefix_ids(const struct kv_sqe *sqe, int res,
+				  uint32_t *off)
+{
+	if (res < 0 || sqe->opcode != KV_OP_ALLOC_PREFIX)
+		return 0;
+	*off = sqe->off;
+	return sqe->nr;
+}
+
+/*
+ * The late completion of a timed-out ALLOC, LOOKUP or ALLOC_PREFIX took
+ * refs that no caller knows of: give them back (one RELEASE now; if
+ * that fails, kvd releases them when the client goes).
+ */
+static void release_orphan(struct kv_client *c, const struct kv_sqe *sqe,
+			   int res)
+{
+	uint32_t off = 0, nr = orphan_ids(sqe, res, &off);
+	kv_block_t *ids;
+
+	if (!nr)
+		nr = orphan_prefix_ids(sqe, res, &off);
+	if (!nr || !kv_data_ptr(c, off, nr * 4))
+		return;
+	ids = malloc((size_t)nr * sizeof(*ids));
+	if (!ids)
+		return;
+	memcpy(ids, kv_data_ptr(c, off, nr * 4), (size_t)nr * sizeof(*ids));
+	kv_release(c, ids, nr);
+	free(ids);
+}
+
+/*
  * Drop the late completions of sync calls that timed out: they are the
  * oldest ones in the CQ, since a sync call is made only with nothing
- * else in flight.
+ * else in flight. The refs the last one took go back to kvd.
  */
 static void reap_orphans(struct kv_client *c)
 {
 	struct kv_cqe *cqe;
+	int res;
 
 	while (c->sync_orphans && !kv_peek_cqe(c, &cqe)) {
+		res = cqe->res;
 		kv_cqe_seen(c, cqe);
-		c->sync_orphans--;
+		if (--c->sync_orphans == 0)
+			release_orphan(c, &c->orphan, res);
 	}
 }
 
@@ -64,6 +120,7 @@ int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto)
 	ret = kv_wait_cqe_timeout(c, &cqe, c->call_timeout_ns);
 	if (ret == -ETIME) {
 		c->sync_orphans++;	/* still in flight: dropped later */
+		c->orphan = *proto;
 		return -ETIMEDOUT;
 	}
 	if (ret)

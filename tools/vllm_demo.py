@@ -128,9 +128,10 @@ def demo(kvd):
     say(f"   model {ns['model']}  rev {ns['rev']}  dtype {ns['dtype']}  "
         f"{ns['layers']} runs x {ns['head_dim']} bytes = {ns['block_bytes']} bytes "
         f"a block, {ns['block_tokens']} tokens")
-    say(f"   blocks {ns['blocks']}, cached {ns['cached_blocks']}, "
-        f"clients {ns['clients']} (each engine's scheduler and worker), "
-        f"hit ratio {ns['hit_ratio']:.3f}")
+    say(f"   {ns['cached_blocks']} blocks cached (committed, held by none) of the "
+        f"{ns['blocks']} its slabs hold; {ns['clients']} clients (each engine's "
+        f"scheduler and worker); hit ratio {ns['hit_ratio']:.3f} (blocks hit / "
+        f"blocks looked up)")
     checks.append(ns["clients"] == 4 and ns["dtype"] == "opaque")
     say("== engine A restarts: the prefix cache outlives it")
     checks.append(a.quit() == 0)

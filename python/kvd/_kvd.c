@@ -13,6 +13,9 @@
  *    libkvclient returned (negated), str() names the call and kvd's
  *    reason where it has one (kv_connect's errbuf, the quota that
  *    refused, kv_last_error()).
+ *  - A Client belongs to the process that made it: in a child forked
+ *    since, its calls raise EPERM and closing it only forgets it (the
+ *    connection, and the blocks it holds, stay the parent's).
  *  - Block memory (pool_memory, block_memory) is a view of this
  *    process's mapping of the pool: a writable buffer on the host
  *    backend, an object with __cuda_array_interface__ (version 3) on
@@ -25,10 +28,14 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <kv/kv.h>
 
 static PyObject *kvd_error;		/* kvd.Error(OSError) */
+
+/* Round trips (2 ms apart) block_addrs waits for an extent kvd owes us. */
+#define EXTENT_TRIES	50
 
 typedef struct seq_object seq_object;
 
@@ -48,6 +55,13 @@ typedef struct {
 	uint32_t		def_off;
 	unsigned long long	def_failed;	/* of them, refused by kvd */
 	int			def_err;	/* the last refusal's -errno */
+	int64_t			timeout_ns;	/* call_timeout_ms, -1: none */
+	pid_t			pid;		/* the process that connected */
+	int			close_pending;	/* a with ended under live views */
+	/* kv_seqs whose Seq went while the lock was held (a collection in
+	 * one of our own calls): closed by the next call */
+	struct kv_seq		**zombies;
+	Py_ssize_t		nr_zombies, cap_zombies;
 } client_object;
 
 struct seq_object {
@@ -149,7 +163,7 @@ static void client_lock(client_object *self)
  * them, sleeping without the GIL. A kvd that went away answers none:
  * they are dropped, and the next call says -ECONNRESET itself.
  */
-static void reap_deferred(client_object *self, int wait)
+static int reap_deferred(client_object *self, int wait)
 {
 	struct kv_cqe *cqe;
 	int ret;
@@ -158,11 +172,13 @@ static void reap_deferred(client_object *self, int wait)
 		ret = kv_peek_cqe(self->c, &cqe);
 		if (ret == -EAGAIN && wait) {
 			Py_BEGIN_ALLOW_THREADS
-			ret = kv_wait_cqe(self->c, &cqe);
+			ret = kv_wait_cqe_timeout(self->c, &cqe, self->timeout_ns);
 			Py_END_ALLOW_THREADS
+			if (ret == -ETIME)
+				return -ETIMEDOUT;	/* still in flight */
 		}
 		if (ret == -EAGAIN)
-			return;
+			return 0;
 		if (ret) {
 			self->deferred = 0;
 			break;
@@ -175,6 +191,26 @@ static void reap_deferred(client_object *self, int wait)
 		self->deferred--;
 	}
 	self->def_off = 0;
+	return 0;
+}
+
+static void seq_close_now(client_object *self, struct kv_seq *s);
+
+/* Close what Seqs a collection dropped while we held the lock. */
+static void close_zombies(client_object *self)
+{
+	while (self->nr_zombies)
+		seq_close_now(self, self->zombies[--self->nr_zombies]);
+}
+
+/* A call in a child forked since the Client connected: refuse it. */
+static int forked(client_object *self)
+{
+	if (self->pid == getpid())
+		return 0;
+	raise_kv(-EPERM, "kvd.Client",
+		 "the client belongs to the process that made it, not to this forked child: make a new Client here");
+	return 1;
 }
 
 /*
@@ -187,13 +223,22 @@ static int client_enter_ring(client_object *self, int shared)
 		raise_kv(-EBADF, "kvd.Client", "the client is closed");
 		return -1;
 	}
+	if (forked(self))
+		return -1;
 	client_lock(self);
 	if (!self->c) {		/* closed while we waited */
 		PyThread_release_lock(self->lock);
 		raise_kv(-EBADF, "kvd.Client", "the client is closed");
 		return -1;
 	}
-	reap_deferred(self, !shared);
+	if (reap_deferred(self, !shared)) {
+		PyThread_release_lock(self->lock);
+		raise_kv(-ETIMEDOUT, "kv_release",
+			 "kvd did not answer an earlier release within call_timeout_ms");
+		return -1;
+	}
+	if (!self->deferred)
+		close_zombies(self);
 	return 0;
 }
 
@@ -209,13 +254,44 @@ static void client_leave(client_object *self)
 
 /* ---- argument conversion --------------------------------------------------- */
 
+/* An int (or anything with __index__) in [0, 2^32); ValueError else. */
+static int u32_from(PyObject *o, uint32_t *out, const char *what)
+{
+	PyObject *i = PyNumber_Index(o);
+	long long v;
+
+	if (!i)
+		return -1;
+	v = PyLong_AsLongLong(i);
+	Py_DECREF(i);
+	if ((v == -1 && PyErr_Occurred()) || v < 0 || v > UINT32_MAX) {
+		PyErr_Clear();
+		PyErr_Format(PyExc_ValueError, "%s must be an int in [0, 2**32)", what);
+		return -1;
+	}
+	*out = (uint32_t)v;
+	return 0;
+}
+
+/* PyArg "O&" converter of u32_from. */
+static int conv_u32(PyObject *o, void *out)
+{
+	return u32_from(o, out, "an argument") ? 0 : 1;
+}
+
 /* A sequence of ints in [0, 2^32) into a new array; *nr its length. */
 static uint32_t *u32_array(PyObject *seq, const char *what, Py_ssize_t *nr)
 {
-	PyObject *fast = PySequence_Fast(seq, what);
+	PyObject *fast;
 	uint32_t *a;
 	Py_ssize_t n;
 
+	if (PyBytes_Check(seq) || PyByteArray_Check(seq) || PyUnicode_Check(seq)) {
+		PyErr_Format(PyExc_TypeError, "%s: a sequence of ints, not %s", what,
+			     Py_TYPE(seq)->tp_name);
+		return NULL;
+	}
+	fast = PySequence_Fast(seq, what);
 	if (!fast)
 		return NULL;
 	n = PySequence_Fast_GET_SIZE(fast);
@@ -226,12 +302,7 @@ static uint32_t *u32_array(PyObject *seq, const char *what, Py_ssize_t *nr)
 		return NULL;
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
-		unsigned long v = PyLong_AsUnsignedLong(
-				PySequence_Fast_GET_ITEM(fast, i));
-
-		if ((v == (unsigned long)-1 && PyErr_Occurred()) ||
-		    v > UINT32_MAX) {
-			PyErr_Clear();
+		if (u32_from(PySequence_Fast_GET_ITEM(fast, i), &a[i], what)) {
 			PyErr_Format(PyExc_ValueError,
 				     "%s: item %zd is not an int in [0, 2**32)",
 				     what, i);
@@ -239,7 +310,6 @@ static uint32_t *u32_array(PyObject *seq, const char *what, Py_ssize_t *nr)
 			Py_DECREF(fast);
 			return NULL;
 		}
-		a[i] = (uint32_t)v;
 	}
 	Py_DECREF(fast);
 	*nr = n;
@@ -398,11 +468,14 @@ static int client_init(client_object *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	p.geom.block_tokens = 16;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "s|$zzIIIIssIIIIsiiii",
+	if (!PyArg_ParseTupleAndKeywords(args, kw,
+			"s|$zzO&O&O&O&ssO&O&O&O&siiii",
 			kwlist, &p.model_id, &p.socket_path, &p.model_rev,
-			&p.geom.layers, &p.geom.kv_heads, &p.geom.head_dim,
-			&p.geom.block_tokens, &dtype, &quant, &p.geom.tp_rank,
-			&p.geom.tp_size, &p.sq_entries, &p.data_bytes, &algo,
+			conv_u32, &p.geom.layers, conv_u32, &p.geom.kv_heads,
+			conv_u32, &p.geom.head_dim, conv_u32, &p.geom.block_tokens,
+			&dtype, &quant, conv_u32, &p.geom.tp_rank,
+			conv_u32, &p.geom.tp_size, conv_u32, &p.sq_entries,
+			conv_u32, &p.data_bytes, &algo,
 			&p.spin_us, &p.connect_timeout_ms, &p.call_timeout_ms,
 			&p.lease_ms))
 		return -1;
@@ -424,6 +497,9 @@ static int client_init(client_object *self, PyObject *args, PyObject *kw)
 		return -1;
 	}
 	self->c = c;
+	self->pid = getpid();
+	self->timeout_ns = p.call_timeout_ms > 0 ?
+			   (int64_t)p.call_timeout_ms * 1000000 : -1;
 	kv_pool_info(c, &self->info);
 	self->block_tokens = p.geom.block_tokens;
 	self->data_bytes = kv_data_bytes(c);
@@ -432,13 +508,25 @@ static int client_init(client_object *self, PyObject *args, PyObject *kw)
 
 static void seq_drop(seq_object *so);
 
-/* Close every Seq, then disconnect: kvd releases what is still held. */
+/*
+ * Close every Seq, then disconnect: kvd releases what is still held. In
+ * a forked child, only forget it all: the connection is the parent's.
+ */
 static int client_close_locked(client_object *self)
 {
 	struct kv_client *c = self->c;
 
+	self->close_pending = 0;
+	if (self->pid != getpid()) {
+		while (self->seqs)
+			seq_drop(self->seqs);
+		self->nr_zombies = 0;
+		self->c = NULL;
+		return 0;
+	}
 	while (self->seqs)
 		seq_drop(self->seqs);
+	close_zombies(self);
 	self->c = NULL;
 	Py_BEGIN_ALLOW_THREADS
 	kv_disconnect(c);
@@ -453,9 +541,23 @@ static PyObject *client_close(client_object *self, PyObject *unused)
 	if (self->views)
 		return raise_kv(-EBUSY, "kvd.Client.close",
 				"views of the pool (pool_memory, block_memory) are still alive");
-	if (client_enter(self))
-		return NULL;
-	client_close_locked(self);
+	if (self->pid != getpid()) {	/* a forked child: forget it */
+		client_lock(self);
+		client_close_locked(self);
+		client_leave(self);
+		Py_RETURN_NONE;
+	}
+	if (client_enter(self)) {
+		if (!PyErr_ExceptionMatches(kvd_error))
+			return NULL;
+		/* kvd gone or not answering: disconnect all the same */
+		PyErr_Clear();
+		client_lock(self);
+		if (self->c)
+			client_close_locked(self);
+	} else {
+		client_close_locked(self);
+	}
 	client_leave(self);
 	Py_RETURN_NONE;
 }
@@ -463,11 +565,9 @@ static PyObject *client_close(client_object *self, PyObject *unused)
 static void client_dealloc(client_object *self)
 {
 	/* views and Seqs hold references: none is left here */
-	if (self->c) {
-		while (self->seqs)
-			seq_drop(self->seqs);
-		kv_disconnect(self->c);
-	}
+	if (self->c)
+		client_close_locked(self);
+	PyMem_Free(self->zombies);
 	if (self->lock)
 		PyThread_free_lock(self->lock);
 	Py_TYPE(self)->tp_free((PyObject *)self);
@@ -481,12 +581,13 @@ static PyObject *client_enter_ctx(client_object *self, PyObject *unused)
 
 static PyObject *client_exit_ctx(client_object *self, PyObject *args)
 {
-	PyObject *r = client_close(self, NULL);
+	PyObject *r;
 
-	if (!r && self->views) {	/* views outlive the with: keep them valid */
-		PyErr_Clear();
+	if (self->views) {	/* views outlive the with: close with the last */
+		self->close_pending = 1;
 		Py_RETURN_FALSE;
 	}
+	r = client_close(self, NULL);
 	Py_XDECREF(r);
 	if (!r)
 		return NULL;
@@ -581,14 +682,29 @@ static PyObject *client_pool_memory(client_object *self, PyObject *unused)
 	return view_new(self, self->info.base, (Py_ssize_t)self->info.pool_bytes);
 }
 
-/* The address of held block @id here, mapping its extent on first use. */
+/*
+ * The address of block @id here, mapping its extent on first use. An id
+ * another process got (a scheduler's, for its workers) may name an
+ * extent kvd has not sent this client yet (it sends them after WELCOME,
+ * some later when the socket is full): a few round trips wait for it.
+ */
 static int block_addr(client_object *self, unsigned long id, char **addr)
 {
+	int ret = 0;
+
 	if (id >= self->info.max_blocks) {
 		raise_kv(-EINVAL, "kv_block_ptr", "block id outside the namespace");
 		return -1;
 	}
 	*addr = kv_block_ptr(self->c, (kv_block_t)id);
+	for (int i = 0; !*addr && !ret && i < EXTENT_TRIES; i++) {
+		Py_BEGIN_ALLOW_THREADS
+		ret = kv_nop(self->c);
+		*addr = kv_block_ptr(self->c, (kv_block_t)id);
+		if (!ret && !*addr)
+			usleep(2000);
+		Py_END_ALLOW_THREADS
+	}
 	if (!*addr) {
 		raise_kv(-ENXIO, "kv_block_ptr",
 			 "the block's extent is not mapped here, or kvd went away");
@@ -599,11 +715,11 @@ static int block_addr(client_object *self, unsigned long id, char **addr)
 
 static PyObject *client_block_memory(client_object *self, PyObject *arg)
 {
-	unsigned long id = PyLong_AsUnsignedLong(arg);
+	uint32_t id;
 	char *addr;
 	int ret;
 
-	if (id == (unsigned long)-1 && PyErr_Occurred())
+	if (u32_from(arg, &id, "block_memory: id"))
 		return NULL;
 	if (client_enter(self))
 		return NULL;
@@ -666,12 +782,13 @@ static int ids_room(client_object *self, Py_ssize_t nr, size_t elem,
 static PyObject *client_alloc(client_object *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = { "n", "wait_ms", NULL };
-	unsigned n, wait_ms = 0;
+	uint32_t n, wait_ms = 0;
 	PyObject *r = NULL;
 	kv_block_t *ids;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "I|I", kwlist, &n, &wait_ms))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O&", kwlist, conv_u32, &n,
+					 conv_u32, &wait_ms))
 		return NULL;
 	if (!n)
 		return PyList_New(0);
@@ -869,7 +986,7 @@ static PyObject *client_alloc_prefix(client_object *self, PyObject *args)
 	Py_ssize_t nr = 0;
 	int ret;
 
-	if (!PyArg_ParseTuple(args, "OI", &hashes, &nr_blocks))
+	if (!PyArg_ParseTuple(args, "OO&", &hashes, conv_u32, &nr_blocks))
 		return NULL;
 	h = hash_array(hashes, "kv_alloc_prefix: hashes", &nr);
 	if (!h)
@@ -925,11 +1042,19 @@ static struct kv_commit *commit_entries(PyObject *arg, Py_ssize_t *nr)
 		return (struct kv_commit *)PyErr_NoMemory();
 	}
 	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
 		PyObject *hash, *parent = Py_None;
 
-		if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(fast, i),
-				      "IO|O;kv_commit: an entry is (id, hash, parent)",
-				      &e[i].id, &hash, &parent) ||
+		if (!PyTuple_Check(item)) {
+			PyErr_Format(PyExc_TypeError,
+				     "kv_commit: entry %zd is not a tuple (id, hash, parent)", i);
+			PyMem_Free(e);
+			Py_DECREF(fast);
+			return NULL;
+		}
+		if (!PyArg_ParseTuple(item,
+				      "O&O|O;kv_commit: an entry is (id, hash, parent)",
+				      conv_u32, &e[i].id, &hash, &parent) ||
 		    hash_from(hash, &e[i].hash, "kv_commit: hash") ||
 		    hash_from(parent, &e[i].parent, "kv_commit: parent")) {
 			PyMem_Free(e);
@@ -1018,7 +1143,7 @@ static PyObject *client_stats(client_object *self, PyObject *unused)
 	ret = kv_stats(self->c, &st);
 	Py_END_ALLOW_THREADS
 	client_leave(self);
-	return ret ? raise_kv(ret, "kv_stats", NULL) : stats_dict(&st);
+	return ret ? raise_call(self, ret, "kv_stats") : stats_dict(&st);
 }
 
 /* nop and heartbeat: a call with no argument and no result. */
@@ -1070,20 +1195,57 @@ static PyObject *seq_wrap(client_object *self, struct kv_seq *s)
 	return (PyObject *)so;
 }
 
-/* Close @so's kv_seq (its blocks released) and unlink it; client locked. */
-static void seq_drop(seq_object *so)
+/* Take @so off its client's list (the GIL guards it): its kv_seq. */
+static struct kv_seq *seq_unlink(seq_object *so)
 {
 	struct kv_seq *s = so->s;
 
 	if (!s)
-		return;
+		return NULL;
 	so->s = NULL;
 	*so->pprev = so->next;
 	if (so->next)
 		so->next->pprev = so->pprev;
+	return s;
+}
+
+/* kv_seq_close @s (its blocks released); the client locked, ring ours. */
+static void seq_close_now(client_object *self, struct kv_seq *s)
+{
+	if (self->pid != getpid())
+		return;		/* the parent's refs: not ours to drop */
 	Py_BEGIN_ALLOW_THREADS
 	kv_seq_close(s);
 	Py_END_ALLOW_THREADS
+}
+
+/* Close @so's kv_seq and unlink it; client locked, ring ours. */
+static void seq_drop(seq_object *so)
+{
+	struct kv_seq *s = seq_unlink(so);
+
+	if (s)
+		seq_close_now(so->client, s);
+}
+
+/*
+ * A Seq went while its client's lock was held (a collection run inside
+ * one of the client's own calls, or another thread's call): its
+ * kv_seq is closed by the next call. Out of memory, it stays open until
+ * the client closes (kvd releases it then).
+ */
+static void seq_bury(client_object *self, struct kv_seq *s)
+{
+	if (self->nr_zombies == self->cap_zombies) {
+		Py_ssize_t cap = self->cap_zombies ? 2 * self->cap_zombies : 8;
+		struct kv_seq **z = PyMem_Realloc(self->zombies, cap * sizeof(*z));
+
+		if (!z)
+			return;
+		self->zombies = z;
+		self->cap_zombies = cap;
+	}
+	self->zombies[self->nr_zombies++] = s;
 }
 
 static const char *const seq_open_kw[] = { "tokens", "lora_id", "cache_salt", NULL };
@@ -1121,8 +1283,10 @@ out:
 	return r;
 }
 
-static PyObject *client_seq_open_hashes(client_object *self, PyObject *args)
+static PyObject *client_seq_open_hashes(client_object *self, PyObject *args,
+					PyObject *kw)
 {
+	static char *kwlist[] = { "hashes", "tail", NULL };
 	PyObject *hashes, *tail = NULL, *r = NULL, *empty = NULL;
 	struct kv_hash *h;
 	uint32_t *t = NULL;
@@ -1130,7 +1294,7 @@ static PyObject *client_seq_open_hashes(client_object *self, PyObject *args)
 	struct kv_seq *s;
 	int ret;
 
-	if (!PyArg_ParseTuple(args, "O|O", &hashes, &tail))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &hashes, &tail))
 		return NULL;
 	h = hash_array(hashes, "kv_seq_open_hashes: hashes", &nh);
 	if (!h)
@@ -1185,7 +1349,7 @@ static PyObject *seq_append(seq_object *so, PyObject *arg)
 	if (ret < 0)
 		raise_kv(ret, "kv_seq_append", kv_last_error(so->client->c));
 	else
-		r = PyLong_FromLong(ret);
+		r = Py_NewRef(Py_None);
 	client_leave(so->client);
 out:
 	PyMem_Free(tok);
@@ -1204,7 +1368,9 @@ static PyObject *seq_commit(seq_object *so, PyObject *unused)
 	if (ret < 0)
 		raise_kv(ret, "kv_seq_commit", kv_last_error(so->client->c));
 	client_leave(so->client);
-	return ret < 0 ? NULL : PyLong_FromLong(ret);
+	if (ret < 0)
+		return NULL;
+	Py_RETURN_NONE;
 }
 
 static PyObject *seq_fork(seq_object *so, PyObject *unused)
@@ -1279,23 +1445,41 @@ static PyObject *seq_exit_ctx(seq_object *so, PyObject *args)
 	Py_RETURN_FALSE;
 }
 
+/* Never waits for the lock: a collection may run inside a call of ours. */
 static void seq_dealloc(seq_object *so)
 {
-	if (so->s && so->client->c) {
-		client_lock(so->client);
-		seq_drop(so);
-		PyThread_release_lock(so->client->lock);
+	client_object *self = so->client;
+	struct kv_seq *s = seq_unlink(so);
+
+	if (s && self->c && self->pid == getpid()) {
+		if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+			seq_bury(self, s);
+		} else {
+			if (reap_deferred(self, 1))
+				seq_bury(self, s);
+			else
+				seq_close_now(self, s);
+			PyThread_release_lock(self->lock);
+		}
 	}
-	Py_XDECREF(so->client);
+	Py_XDECREF(self);
 	PyObject_Free(so);
 }
 
 /* ---- views -------------------------------------------------------------- */
 
+/* The last view of a Client whose with has ended closes it. */
 static void view_dealloc(view_object *v)
 {
-	v->client->views--;
-	Py_DECREF(v->client);
+	client_object *self = v->client;
+
+	if (!--self->views && self->close_pending && self->c &&
+	    PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+		if (self->pid != getpid() || !reap_deferred(self, 1))
+			client_close_locked(self);
+		PyThread_release_lock(self->lock);
+	}
+	Py_DECREF(self);
 	PyObject_Free(v);
 }
 
@@ -1341,7 +1525,8 @@ static PyObject *mod_hash_blocks(PyObject *mod, PyObject *args, PyObject *kw)
 	uint32_t *tok;
 	int a, ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "OI|OnszZ#", kwlist, &tokens,
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "OO&|Onszz#", kwlist, &tokens,
+			conv_u32,
 			&block_tokens, &parent, &start, &algo, &ex.lora_id,
 			&salt, &salt_len))
 		return NULL;
@@ -1441,14 +1626,16 @@ DOC(stats, "stats() -> dict of struct kv_stats (kv_stats(3)).");
 DOC(nop, "nop(): one round trip doing nothing (kv_nop(3)).");
 DOC(heartbeat, "heartbeat(): keep a lease alive without a request (kv_heartbeat(3)).");
 DOC(seq_open, "seq_open(tokens, lora_id=None, cache_salt=None) -> Seq: prompt lookup\n"
-"and allocation in one round trip (kv_seq_open(3)).");
+"and allocation in one round trip (kv_seq_open(3)). lora_id: the adapter's\n"
+"name (str); cache_salt: str or bytes.");
 DOC(seq_open_hashes, "seq_open_hashes(hashes, tail=()) -> Seq: from precomputed full-block\n"
 "hashes and the partial last block's tokens (kv_seq_open_hashes(3)).");
 DOC(seq, "A request's sequence (kv_seq_open(3)): block_table, hit_tokens, len(),\n"
 "append(tokens), commit(), fork(), close(). Closed with its Client.");
 DOC(hash_blocks, "hash_blocks(tokens, block_tokens, parent=None, start=0, algo='xxh3',\n"
 "lora_id=None, cache_salt=None) -> [16-byte hash, ...]: the chained hash of\n"
-"every full block (kv_hash_blocks(3)); a partial last block gets none.");
+"every full block (kv_hash_blocks(3)); a partial last block gets none.\n"
+"lora_id: the adapter's name (str); cache_salt: str (its UTF-8) or bytes.");
 
 static PyMethodDef client_methods[] = {
 	{ "close", (PyCFunction)client_close, METH_NOARGS, close_doc },
@@ -1474,8 +1661,8 @@ static PyMethodDef client_methods[] = {
 	{ "heartbeat", (PyCFunction)client_heartbeat, METH_NOARGS, heartbeat_doc },
 	{ "seq_open", (PyCFunction)(void (*)(void))client_seq_open,
 	  METH_VARARGS | METH_KEYWORDS, seq_open_doc },
-	{ "seq_open_hashes", (PyCFunction)client_seq_open_hashes, METH_VARARGS,
-	  seq_open_hashes_doc },
+	{ "seq_open_hashes", (PyCFunction)(void (*)(void))client_seq_open_hashes,
+	  METH_VARARGS | METH_KEYWORDS, seq_open_hashes_doc },
 	{ NULL },
 };
 
@@ -1512,9 +1699,10 @@ static PyTypeObject client_type = {
 
 static PyMethodDef seq_methods[] = {
 	{ "append", (PyCFunction)seq_append, METH_O,
-	  "append(tokens) -> n: more tokens (kv_seq_append(3))" },
+	  "append(tokens): more tokens; a new block when one fills, the full\n"
+	  "blocks written before this call committed (kv_seq_append(3))" },
 	{ "commit", (PyCFunction)seq_commit, METH_NOARGS,
-	  "commit() -> n: commit every full block (kv_seq_commit(3))" },
+	  "commit(): commit every full block now (kv_seq_commit(3))" },
 	{ "fork", (PyCFunction)seq_fork, METH_NOARGS,
 	  "fork() -> Seq sharing every block (kv_seq_fork(3))" },
 	{ "close", (PyCFunction)seq_close, METH_NOARGS,

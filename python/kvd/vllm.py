@@ -550,6 +550,7 @@ class KvdOffloadingManager(OffloadingManager):
         (refs dropped at once)."""
         self._expire()
         hashes = list(block_hashes)
+        _packed(hashes)                 # a short hash raises here, not later
         self._remember_parents(hashes)
         self._touched = hashes
 
@@ -569,7 +570,7 @@ class KvdOffloadingManager(OffloadingManager):
     def prepare_store(self, block_hashes):
         self._expire()
         hashes = list(block_hashes)
-        todo = [h for h in hashes if h not in self._stores
+        todo = [h for h in dict.fromkeys(hashes) if h not in self._stores
                 and h not in self._lease and h not in self._loads]
         if not todo:
             return PrepareStoreOutput([], KvdLoadStoreSpec([], self.boot_id), [])
@@ -607,7 +608,7 @@ class KvdOffloadingManager(OffloadingManager):
         try:
             return c.alloc_prefix(_packed(part), len(part))
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.E2BIG):
                 logger.debug("kvd.vllm: no room for %d blocks: %s", len(part), e)
             else:
                 self._failed("alloc_prefix", e)
@@ -796,6 +797,9 @@ class KvdOffloadingHandler(OffloadingHandler):
         assert 0 <= skip < self.factor and not (self.store and skip), \
             f"kvd.vllm: {len(kspec.block_ids)} offloaded blocks for {nsub} GPU blocks"
         assert not gspec.block_indices or gspec.block_indices[0] % self.factor == skip
+        gpu_blocks = len(self.gpu[0]) if self.gpu else 0
+        assert not nsub or 0 <= gspec.block_ids.min() <= gspec.block_ids.max() < gpu_blocks, \
+            f"kvd.vllm: GPU block ids outside [0, {gpu_blocks})"
         blocks, why = self._blocks(job_id, kspec) if nsub else (None, None)
         if blocks is None:
             ok = not nsub or (self.store and why == "gone")

@@ -5,7 +5,7 @@
  * connect_timeout_ms, whether the server accepted and stays silent or
  * never accepts (backlog full); a client with call_timeout_ms gets
  * -ETIMEDOUT from a synchronous call to a stopped kvd, and goes on once
- * kvd runs again.
+ * kvd runs again, the blocks a timed-out ALLOC got late given back.
  */
 #include <signal.h>
 #include <string.h>
@@ -115,6 +115,8 @@ static void test_call_timeout_stopped_kvd(void)
 {
 	struct kv_connect_params p = { 0 };
 	struct kv_client *c;
+	struct kv_stats st;
+	kv_block_t ids[8];
 	struct t_kvd k;
 	long long t0, ms;
 	int ret;
@@ -139,6 +141,14 @@ static void test_call_timeout_stopped_kvd(void)
 	for (int i = 0; i < 300 && (ret = kv_nop(c)) == -EBUSY; i++)
 		usleep(10000);
 	T_EQ(ret, 0);
+	/* A timed-out ALLOC's late blocks are given back, not leaked. */
+	T_EQ(kill(k.pid, SIGSTOP), 0);
+	T_EQ(kv_alloc(c, 8, ids), -ETIMEDOUT);
+	T_EQ(kill(k.pid, SIGCONT), 0);
+	for (int i = 0; i < 300 && (ret = kv_stats(c, &st)) == -EBUSY; i++)
+		usleep(10000);
+	T_EQ(ret, 0);
+	T_EQ(st.client_refs, 0);
 	T_EQ(kv_disconnect(c), 0);
 	t_kvd_stop(&k);
 	t_cleanup_dir(&k);

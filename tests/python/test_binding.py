@@ -190,7 +190,7 @@ def test_seq(k):
         s = a.seq_open(list(range(40)))
         assert len(s) == 40 and s.hit_tokens == 0
         assert len(s.block_table) == 3
-        assert s.commit() >= 0
+        assert s.commit() is None
         s.append(list(range(40, 48)))
         assert len(s) == 48
         f = s.fork()
@@ -277,6 +277,112 @@ def test_client_shared_by_threads(k):
             t.join()
         assert not errs
         assert c.stats()["client_refs"] == 0
+
+
+def test_arguments_checked():
+    with pytest.raises(ValueError):
+        kvd.hash_blocks([1, 2], 2 ** 32 + 16)
+
+
+def test_bad_arguments(k):
+    np = pytest.importorskip("numpy")
+    with client(k) as c:
+        for bad in (-1, 2 ** 32 + 1, 2 ** 64):
+            with pytest.raises(ValueError):
+                c.alloc(bad)
+        with pytest.raises(ValueError):
+            client(k, layers=2 ** 32 + 2)       # never truncated to 2
+        with pytest.raises(TypeError):
+            c.release(b"\x00")                  # bytes are not an id list
+        with pytest.raises(TypeError):
+            c.commit([[0, bytes(16), None]])    # an entry is a tuple
+        with pytest.raises(ValueError):
+            c.block_memory(-1)
+        ids = c.alloc(np.int64(2))              # numpy ints are ints
+        assert c.release(np.array(ids, dtype=np.uint32)) == 2
+        assert c.stats()["client_refs"] == 0
+
+
+def test_salt_same_hashes_as_seq(k):
+    toks = list(range(32))
+    with client(k) as c:
+        s = c.seq_open(toks, cache_salt="é-salt")
+        s.commit()
+        s.close()
+        hashes = kvd.hash_blocks(toks, 16, cache_salt="é-salt")
+        assert hashes != kvd.hash_blocks(toks, 16)
+        hits = c.lookup(hashes)
+        assert len(hits) == 2                   # the Seq's own blocks
+        c.release(hits)
+
+
+def test_seq_freed_by_gc_inside_a_call(k):
+    """A Seq in a reference cycle collected inside one of its Client's
+    own calls (which holds the Client's lock) must not deadlock: its
+    blocks are released by the next call."""
+    import gc
+    with client(k) as c:
+        gc.disable()
+        try:
+            for _ in range(20):
+                cycle = [c.seq_open(list(range(20)))]
+                cycle.append(cycle)             # only the collector frees it
+                del cycle
+            gc.set_threshold(1)
+            gc.enable()
+            ids = c.alloc(64)
+            c.commit([(i, kvd.hash_blocks([i] * 16, 16)[0], None) for i in ids])
+        finally:
+            gc.enable()
+            gc.set_threshold(700)
+        gc.collect()
+        c.release(ids)
+        assert c.stats()["client_refs"] == 0
+
+
+def test_fork_child_cannot_use_or_end_the_client(k):
+    with client(k) as c:
+        ids = c.alloc(2)
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                c.nop()
+                code = 1
+            except kvd.Error as e:
+                code = 0 if e.errno == errno.EPERM else 2
+            c.close()                           # forgets it, ends nothing
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0
+        assert c.stats()["client_refs"] == 2    # still the parent's
+        c.release(ids)
+
+
+def test_with_ends_when_last_view_goes(k):
+    with client(k) as c:
+        mem = c.pool_memory()
+    assert not c.closed                         # the view keeps it
+    del mem
+    assert c.closed
+
+
+def test_deferred_release_with_call_timeout(k):
+    c = client(k, call_timeout_ms=300)
+    ids = c.alloc(2)
+    os.kill(k.proc.pid, 19)                     # SIGSTOP
+    try:
+        c.release(ids, wait=False)
+        t0 = time.monotonic()
+        with pytest.raises(kvd.Error) as e:
+            c.nop()
+        assert e.value.errno == errno.ETIMEDOUT
+        assert time.monotonic() - t0 < 5
+    finally:
+        os.kill(k.proc.pid, 18)                 # SIGCONT
+    assert c.flush() == 0
+    assert c.stats()["client_refs"] == 0
+    c.close()
 
 
 def test_kvd_gone(k):
