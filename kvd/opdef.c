@@ -118,6 +118,18 @@ static int op_alloc_prefix(struct kvd *d, struct kvd_client *c,
 	return ret;
 }
 
+/*
+ * KV_COMMIT_AND_RELEASE: the caller's ref on each committed block goes.
+ * It holds each (commit checked it, a dedup took a ref on the cached
+ * one), so a release cannot fail.
+ */
+static void commit_release(struct kvd_client *c, const struct kv_commit *e,
+			   uint32_t nr)
+{
+	for (uint32_t i = 0; i < nr; i++)
+		kvd_ns_release(c->ns, &c->holder, &e[i].id, 1);
+}
+
 /* COMMIT: nr struct kv_commit at off, updated in place. */
 static int op_commit(struct kvd *d, struct kvd_client *c,
 		     const struct kv_sqe *sqe)
@@ -126,12 +138,15 @@ static int op_commit(struct kvd *d, struct kvd_client *c,
 	size_t bytes = (size_t)sqe->nr * sizeof(*e);
 	int ret;
 
-	if (sqe->off % 8)
+	if (sqe->off % 8 || sqe->args[0] & ~(uint64_t)KV_COMMIT_AND_RELEASE)
 		return -EINVAL;
 	memcpy(e, c->data + sqe->off, bytes);
 	ret = kvd_ns_commit(c->ns, &c->holder, e, sqe->nr);
-	if (ret >= 0)
-		memcpy(c->data + sqe->off, e, bytes);
+	if (ret < 0)
+		return ret;
+	memcpy(c->data + sqe->off, e, bytes);
+	if (sqe->args[0] & KV_COMMIT_AND_RELEASE)
+		commit_release(c, e, sqe->nr);
 	return ret;
 }
 
@@ -250,7 +265,7 @@ static const struct kvd_op_def kvd_op_defs[KV_OP__MAX] = {
 	[KV_OP_ALLOC_PREFIX] = { .name = "ALLOC_PREFIX", .elem = 4, .args = 2,
 			    .waits = true, .issue = op_alloc_prefix },
 	[KV_OP_COMMIT]	= { .name = "COMMIT",	.elem = sizeof(struct kv_commit),
-			    .issue = op_commit },
+			    .args = 1, .issue = op_commit },
 	[KV_OP_COW]	= { .name = "COW",	.elem = 4, .waits = true,
 			    .issue = op_cow },
 };

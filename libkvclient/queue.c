@@ -503,6 +503,13 @@ void kv_prep_commit(struct kv_sqe *sqe, uint32_t entries_off, unsigned nr)
 	sqe->off = entries_off;
 }
 
+void kv_prep_commit_release(struct kv_sqe *sqe, uint32_t entries_off,
+			    unsigned nr)
+{
+	kv_prep_commit(sqe, entries_off, nr);
+	sqe->args[0] = KV_COMMIT_AND_RELEASE;
+}
+
 void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data)
 {
 	sqe->user_data = data;

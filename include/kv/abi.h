@@ -247,7 +247,8 @@ enum kv_op {
 	KV_OP_LOOKUP		= 5,	/* nr hashes at data[off] -> hit ids at data[args[0]] */
 	KV_OP_ALLOC_PREFIX	= 6,	/* nr ids at data[off]: hits for the args[1]
 					 * hashes at data[args[0]], then new blocks */
-	KV_OP_COMMIT		= 7,	/* nr struct kv_commit at data[off] */
+	KV_OP_COMMIT		= 7,	/* nr struct kv_commit at data[off];
+					 * args[0]: KV_COMMIT_AND_RELEASE */
 	KV_OP_COW		= 8,	/* nr held ids at data[off]; shared ones
 					 * replaced in place by private copies */
 	KV_OP__MAX,
@@ -277,6 +278,14 @@ struct kv_commit {
 };
 
 #define KV_COMMIT_DEDUP		(1U << 0)
+
+/*
+ * COMMIT's sqe->args[0] (ABI 3.2): KV_COMMIT_AND_RELEASE drops, once the
+ * entries are committed, the caller's ref on each entry's block (the
+ * cached one after a dedup): they stay cached at ref 0 and the caller
+ * needs nothing from the completion, so it need not wait for it.
+ */
+#define KV_COMMIT_AND_RELEASE	(1U << 0)
 
 /*
  * Submission entry, 64 bytes. off/nr locate an array in the client's data

@@ -337,6 +337,15 @@ void kv_prep_alloc_prefix(struct kv_sqe *sqe, uint32_t hashes_off,
 			  unsigned n_hashes, unsigned nr_blocks,
 			  uint32_t ids_off);
 void kv_prep_commit(struct kv_sqe *sqe, uint32_t entries_off, unsigned nr);
+/*
+ * kv_prep_commit_release - COMMIT, then drop the caller's ref on each
+ * entry's block (KV_COMMIT_AND_RELEASE, ABI 3.2): the blocks stay cached
+ * at ref 0, as after kv_commit + kv_release of the ids it returns, in
+ * one request whose completion nothing needs (no wait). Errors as
+ * COMMIT's; nothing changes on error (the refs stay held).
+ */
+void kv_prep_commit_release(struct kv_sqe *sqe, uint32_t entries_off,
+			    unsigned nr);
 
 /*
  * Synchronous prefix-cache calls (same data-area rules as kv_alloc).

@@ -861,28 +861,62 @@ out:
  * reaped by a later call. A queue or data area that is full takes the
  * oldest back first.
  */
+/*
+ * An SQE whose completion nobody waits for, its @bytes of @data copied
+ * to the data area at *off (8-aligned, after the others in flight); the
+ * caller preps it and calls defer_submit. NULL (raised) when there is no
+ * room even once the others are reaped.
+ */
+static struct kv_sqe *defer_sqe(client_object *self, const void *data,
+				size_t bytes, uint32_t *off, const char *what)
+{
+	struct kv_sqe *sqe;
+	void *dst;
+
+	if (self->def_off + bytes > self->data_bytes ||
+	    !kv_sq_space_left(self->c)) {
+		if (reap_deferred(self, 1)) {
+			raise_kv(-ETIMEDOUT, what, "kvd did not answer within call_timeout_ms");
+			return NULL;
+		}
+	}
+	dst = kv_data_ptr(self->c, self->def_off, (uint32_t)bytes);
+	sqe = dst ? kv_get_sqe(self->c) : NULL;
+	if (!sqe) {
+		raise_kv(-EBUSY, what, "no room in the ring");
+		return NULL;
+	}
+	memcpy(dst, data, bytes);
+	*off = self->def_off;
+	return sqe;
+}
+
+static int defer_submit(client_object *self, size_t bytes, const char *what)
+{
+	int ret = kv_submit(self->c);
+
+	if (ret < 0) {
+		raise_call(self, ret, what);
+		return -1;
+	}
+	self->def_off += (uint32_t)((bytes + 7) & ~(size_t)7);
+	self->deferred++;
+	return 0;
+}
+
 static PyObject *release_deferred(client_object *self, const uint32_t *ids,
 				  Py_ssize_t nr)
 {
 	size_t bytes = (size_t)nr * 4;
 	struct kv_sqe *sqe;
-	void *dst;
-	int ret;
+	uint32_t off;
 
-	if (self->def_off + bytes > self->data_bytes ||
-	    !kv_sq_space_left(self->c))
-		reap_deferred(self, 1);
-	dst = kv_data_ptr(self->c, self->def_off, (uint32_t)bytes);
-	sqe = dst ? kv_get_sqe(self->c) : NULL;
+	sqe = defer_sqe(self, ids, bytes, &off, "kv_release");
 	if (!sqe)
-		return raise_kv(-EBUSY, "kv_release", "no room in the ring");
-	memcpy(dst, ids, bytes);
-	kv_prep_release(sqe, self->def_off, (unsigned)nr);
-	ret = kv_submit(self->c);
-	if (ret < 0)
-		return raise_call(self, ret, "kv_release");
-	self->def_off += (uint32_t)((bytes + 7) & ~(size_t)7);
-	self->deferred++;
+		return NULL;
+	kv_prep_release(sqe, off, (unsigned)nr);
+	if (defer_submit(self, bytes, "kv_release"))
+		return NULL;
 	return PyLong_FromSsize_t(nr);
 }
 
@@ -1067,26 +1101,82 @@ static struct kv_commit *commit_entries(PyObject *arg, Py_ssize_t *nr)
 	return e;
 }
 
-static PyObject *client_commit(client_object *self, PyObject *arg)
+/*
+ * commit(..., release=True): one COMMIT with KV_COMMIT_AND_RELEASE
+ * (kv_prep_commit_release), published; with @wait its completion (the
+ * entries, in place) is reaped now, else by a later call.
+ */
+static int commit_release(client_object *self, struct kv_commit *e,
+			  Py_ssize_t nr, int wait)
 {
-	PyObject *r = NULL;
+	size_t bytes = (size_t)nr * sizeof(*e);
+	unsigned long long failed = self->def_failed;
+	struct kv_sqe *sqe;
+	uint32_t off;
+
+	sqe = defer_sqe(self, e, bytes, &off, "kv_commit");
+	if (!sqe)
+		return -1;
+	kv_prep_commit_release(sqe, off, (unsigned)nr);
+	if (defer_submit(self, bytes, "kv_commit"))
+		return -1;
+	if (!wait)
+		return 0;
+	if (reap_deferred(self, 1)) {
+		raise_kv(-ETIMEDOUT, "kv_commit", "kvd did not answer within call_timeout_ms");
+		return -1;
+	}
+	if (self->def_failed != failed) {	/* ours, the last reaped */
+		self->def_failed = failed;
+		raise_call(self, self->def_err, "kv_commit");
+		return -1;
+	}
+	memcpy(e, kv_data_ptr(self->c, off, (uint32_t)bytes), bytes);
+	return 0;
+}
+
+static PyObject *client_commit(client_object *self, PyObject *args,
+			       PyObject *kw)
+{
+	static char *kwlist[] = { "entries", "release", "wait", NULL };
+	PyObject *arg, *r = NULL;
+	int release = 0, wait = 1;
 	Py_ssize_t nr = 0;
-	struct kv_commit *e = commit_entries(arg, &nr);
+	struct kv_commit *e;
 	int ret;
 
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|pp", kwlist, &arg,
+					 &release, &wait))
+		return NULL;
+	if (!wait && !release) {
+		PyErr_SetString(PyExc_ValueError,
+			"commit(wait=False) needs release=True: a dedup's ids come in the answer");
+		return NULL;
+	}
+	e = commit_entries(arg, &nr);
 	if (!e)
 		return NULL;
 	if (!nr) {
 		PyMem_Free(e);
-		return PyList_New(0);
+		return wait ? PyList_New(0) : Py_NewRef(Py_None);
 	}
-	if (client_enter(self))
+	if (client_enter_ring(self, !wait))
 		goto out;
 	if (ids_room(self, nr, sizeof(*e), "kv_commit"))
 		goto out_leave;
-	Py_BEGIN_ALLOW_THREADS
-	ret = kv_commit(self->c, e, (unsigned)nr);
-	Py_END_ALLOW_THREADS
+	if (release) {
+		if (commit_release(self, e, nr, wait))
+			goto out_leave;
+		if (!wait) {
+			r = Py_NewRef(Py_None);
+			goto out_leave;
+		}
+		ret = (int)nr;
+	} else {
+		Py_BEGIN_ALLOW_THREADS
+		ret = kv_commit(self->c, e, (unsigned)nr);
+		Py_END_ALLOW_THREADS
+	}
 	if (ret < 0) {
 		raise_call(self, ret, "kv_commit");
 		goto out_leave;
@@ -1618,10 +1708,14 @@ DOC(lookup, "lookup(hashes) -> [id, ...]: the longest committed prefix of the\n"
 DOC(alloc_prefix, "alloc_prefix(hashes, nr_blocks) -> (hits, ids): lookup, then new\n"
 "blocks up to nr_blocks in all, in one round trip (kv_alloc_prefix(3));\n"
 "ids[:hits] are cached blocks, the rest new. All or nothing.");
-DOC(commit, "commit([(id, hash, parent), ...]) -> [(id, dedup), ...]: publish held,\n"
-"written blocks under their hashes (parent None or b'\\0'*16 at a\n"
-"sequence's start). dedup True: the hash was already cached, the block\n"
-"given was released and id is the cached block, now held (kv_commit(3)).");
+DOC(commit, "commit([(id, hash, parent), ...], release=False, wait=True)\n"
+"-> [(id, dedup), ...]: publish held, written blocks under their hashes\n"
+"(parent None or b'\\0'*16 at a sequence's start). dedup True: the hash\n"
+"was already cached, the block given was released and id is the cached\n"
+"block, now held (kv_commit(3)). release=True: then the refs on those\n"
+"ids go too, in the same request (kv_prep_commit_release(3)); with\n"
+"wait=False it returns None at once, the answer reaped by a later call\n"
+"(a refusal only counted, as for release(wait=False)).");
 DOC(stats, "stats() -> dict of struct kv_stats (kv_stats(3)).");
 DOC(nop, "nop(): one round trip doing nothing (kv_nop(3)).");
 DOC(heartbeat, "heartbeat(): keep a lease alive without a request (kv_heartbeat(3)).");
@@ -1655,7 +1749,8 @@ static PyMethodDef client_methods[] = {
 	{ "lookup", (PyCFunction)client_lookup, METH_O, lookup_doc },
 	{ "alloc_prefix", (PyCFunction)client_alloc_prefix, METH_VARARGS,
 	  alloc_prefix_doc },
-	{ "commit", (PyCFunction)client_commit, METH_O, commit_doc },
+	{ "commit", (PyCFunction)(void (*)(void))client_commit,
+	  METH_VARARGS | METH_KEYWORDS, commit_doc },
 	{ "stats", (PyCFunction)client_stats, METH_NOARGS, stats_doc },
 	{ "nop", (PyCFunction)client_nop, METH_NOARGS, nop_doc },
 	{ "heartbeat", (PyCFunction)client_heartbeat, METH_NOARGS, heartbeat_doc },

@@ -98,7 +98,8 @@ What the manager does (KvdOffloadingManager, in the scheduler):
   prepare_store  ALLOC_PREFIX: hashes kvd has already are not stored
                  again; new blocks are held until complete_store
   complete_store COMMIT (parent: the chain's previous hash as touch saw
-                 it) and release: the blocks stay cached at ref 0, a hash
+                 it) with the refs dropped in the same request, waiting
+                 for nothing: the blocks stay cached at ref 0, a hash
                  already there deduplicated; on failure released
                  uncommitted
 
@@ -113,8 +114,8 @@ CPU manager holds nothing until prepare_load. prepare_store skips what kvd
 has as a prefix of the hashes given (ALLOC_PREFIX); a hash kvd has behind
 one it lacks is stored again and deduplicated at commit. Block ids are
 kvd's. "stored" events (medium "KVD") name the blocks this manager
-committed, not those it found already stored; kvd's own evictions are not
-seen.
+committed (a hash another engine committed first among them: the commit's
+answer is not waited for); kvd's own evictions are not seen.
 
 Failures. The manager never raises into vLLM for kvd's sake: while kvd is
 unreachable lookup returns 0 and prepare_store None (vLLM then computes and
@@ -388,11 +389,11 @@ class KvdOffloadingManager(OffloadingManager):
         return ids[keep:]
 
     def _saw(self, hashes):
-        """kvd refreshed `hashes` in its LRU just now (hits, commits)."""
-        now, fresh = self._clock(), self._fresh
-        for h in hashes:
-            fresh[h] = now
-            fresh.move_to_end(h)
+        """kvd refreshed `hashes` in its LRU just now (hits, commits).
+        Past FRESH_MAX the oldest entries go (a hash forgotten is only
+        refreshed once more than needed)."""
+        fresh = self._fresh
+        fresh.update(dict.fromkeys(hashes, self._clock()))
         while len(fresh) > FRESH_MAX:
             fresh.popitem(last=False)
 
@@ -617,8 +618,9 @@ class KvdOffloadingManager(OffloadingManager):
     def complete_store(self, block_hashes, success=True):
         self._expire()
         pins = self._take_stores(block_hashes)
-        mine = [(h, bid) for h, (bid, boot, _) in pins if boot == self.boot_id]
-        parents = {h: self._parents.pop(h, None) for h, _ in pins}
+        boot, pop = self.boot_id, self._parents.pop
+        parents = {h: pop(h, None) for h, _ in pins}
+        mine = [(h, pin[0]) for h, pin in pins if pin[1] == boot]
         if len(mine) < len(pins):
             logger.warning("kvd.vllm: %d stored blocks belong to a kvd that "
                            "restarted: dropped", len(pins) - len(mine))
@@ -630,25 +632,28 @@ class KvdOffloadingManager(OffloadingManager):
     def _take_stores(self, hashes):
         """The store pins of `hashes`, in the order they were stored: a
         chain's parents before their children, as COMMIT links them."""
-        pins = [(h, self._stores.pop(h)) for h in hashes if h in self._stores]
-        return sorted(pins, key=lambda pin: pin[1][2])
+        stores = self._stores
+        pins = [(h, stores.pop(h)) for h in hashes if h in stores]
+        pins.sort(key=lambda pin: pin[1][2])
+        return pins
 
     def _commit(self, pins, parents):
+        """COMMIT the store pins and drop their refs in the same request
+        (kvd.Client.commit(release=True, wait=False)): nothing waits for
+        kvd's answer; the blocks stay cached at ref 0, a hash another
+        engine committed first deduplicated."""
         if not pins:
             return
-        stored, held = [], []
+        stored = []
         for part in _chunks(pins):
-            entries = [(bid, kvd_hash(h), parents[h] and kvd_hash(parents[h]))
+            entries = [(bid, h[:16], parents[h] and parents[h][:16])
                        for h, bid in part]
-            got = self._call("commit", lambda c, e: c.commit(e), entries,
-                             connect=False)
-            if got is None:
+            if self._call("commit", lambda c, e: c.commit(e, release=True, wait=False)
+                          or True, entries, connect=False) is None:
                 self._release([bid for _, bid in part])
                 continue
-            held += [bid for bid, _ in got]
             self._saw([h for h, _ in part])
-            stored += [h for (h, _), (_, dedup) in zip(part, got) if not dedup]
-        self._release(held)
+            stored += [h for h, _ in part]
         if stored and self.events is not None:
             self.events.append(OffloadingEvent(stored, self.block_size, MEDIUM, False))
 

@@ -3,8 +3,8 @@
  * The prefix cache end to end, with real kvd and real processes: sharing
  * across processes, partial blocks never shared, commit results, leaf-
  * first LRU eviction, held blocks never evicted, no -ENOSPC while cached
- * blocks could go, isolation across models, geometries and tenants, and
- * kv_seq append/fork/close.
+ * blocks could go, COMMIT with KV_COMMIT_AND_RELEASE, isolation across
+ * models, geometries and tenants, and kv_seq append/fork/close.
  */
 #include <string.h>
 #include <sys/stat.h>
@@ -316,6 +316,52 @@ static void namespace_reclaim(void)
 	t_kvd_stop(&small);
 }
 
+/*
+ * COMMIT with KV_COMMIT_AND_RELEASE, published without waiting: the
+ * blocks (a dedup's cached one too) end cached at ref 0, and a LOOKUP
+ * behind it on the ring hits them; a refused one drops no ref.
+ */
+static void commit_and_release(struct kv_client *c, struct kv_client *other)
+{
+	struct kv_commit *e = kv_data_ptr(c, 0, 2 * sizeof(*e));
+	struct kv_hash h[2] = { { { 0x51 } }, { { 0x52 } } };
+	kv_block_t ids[2], mine;
+	struct kv_sqe *sqe;
+	struct kv_cqe *cqe;
+
+	T_EQ(kv_alloc(other, 1, &mine), 1);	/* h[0] cached by other first */
+	struct kv_commit first = { .id = mine, .hash = h[0] };
+	T_EQ(kv_commit(other, &first, 1), 1);
+	T_EQ(kv_alloc(c, 2, ids), 2);
+	memset(e, 0, 2 * sizeof(*e));
+	e[0] = (struct kv_commit){ .id = ids[0], .hash = h[0] };
+	e[1] = (struct kv_commit){ .id = ids[1], .hash = h[1], .parent = h[0] };
+	sqe = kv_get_sqe(c);
+	kv_prep_commit_release(sqe, 0, 2);
+	T_EQ(kv_submit(c), 1);
+	T_EQ(kv_wait_cqe(c, &cqe), 0);
+	T_EQ(cqe->res, 2);
+	kv_cqe_seen(c, cqe);
+	T_EQ(e[0].id, mine);			/* deduplicated, ref dropped */
+	T_EQ(e[0].flags, KV_COMMIT_DEDUP);
+	T_EQ(stats(c).client_refs, 0);
+	T_EQ(kv_lookup(c, h, 2, ids), 2);
+	T_EQ(ids[0], mine);
+	T_EQ(kv_release(c, ids, 2), 2);
+	/* refused (not held): no ref dropped */
+	T_EQ(kv_alloc(c, 1, ids), 1);
+	e[0] = (struct kv_commit){ .id = mine, .hash = h[1] };
+	sqe = kv_get_sqe(c);
+	kv_prep_commit_release(sqe, 0, 1);
+	T_EQ(kv_submit(c), 1);
+	T_EQ(kv_wait_cqe(c, &cqe), 0);
+	T_EQ(cqe->res, -EPERM);
+	kv_cqe_seen(c, cqe);
+	T_EQ(stats(c).client_refs, 1);
+	T_EQ(kv_release(c, ids, 1), 1);
+	T_EQ(kv_release(other, &mine, 1), 1);
+}
+
 int main(void)
 {
 	struct kv_client *c, *other;
@@ -327,6 +373,7 @@ int main(void)
 	T_EQ(t_connect(&k, "shared", NULL, &other), 0);
 	shared_across_processes(c);
 	commit_results(c, other);
+	commit_and_release(c, other);
 	isolation();
 	seq_append_fork(c, other);
 	st = stats(c);

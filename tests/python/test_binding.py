@@ -108,6 +108,30 @@ def test_deferred_release(k):
         assert c.stats()["client_refs"] == 0
 
 
+def test_commit_release(k):
+    """commit(release=True[, wait=False]): committed and let go at once."""
+    hashes = kvd.hash_blocks(list(range(48)), 16)
+    with client(k) as a, client(k) as b:
+        ids = a.alloc(2)
+        got = a.commit([(ids[0], hashes[0], None), (ids[1], hashes[1], hashes[0])],
+                       release=True)
+        assert got == [(ids[0], False), (ids[1], False)]
+        assert a.stats()["client_refs"] == 0
+        mine = b.alloc(2)
+        assert b.commit([(mine[0], hashes[0], None),           # a dedup
+                         (mine[1], hashes[2], hashes[1])],
+                        release=True, wait=False) is None
+        hits = b.lookup(hashes)                 # behind it on the ring
+        assert hits[:2] == ids and len(hits) == 3
+        b.release(hits)
+        assert b.stats()["client_refs"] == 0 and b.flush() == 0
+        with pytest.raises(ValueError):
+            b.commit([(0, hashes[0], None)], wait=False)
+        with pytest.raises(kvd.Error) as e:     # not held: refused, answered
+            b.commit([(ids[0], hashes[1], None)], release=True)
+        assert e.value.errno == errno.EPERM
+
+
 def test_prefix_commit_lookup_dedup(k):
     toks = list(range(64))
     hashes = kvd.hash_blocks(toks, 16)
