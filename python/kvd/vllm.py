@@ -1029,6 +1029,12 @@ class KvdOffloadingSpec(OffloadingSpec):
         gpu = [t.tensor.view(torch.int8).view(-1, t.page_size_bytes)
                for t in kv_caches.tensors]
         sizes = [t.page_size_bytes * self.block_size_factor for t in kv_caches.tensors]
+        want = sum(self._page_sizes()) * self.block_size_factor
+        if sum(sizes) < want:
+            raise ValueError(f"kvd.vllm: the worker's canonical KV tensors hold "
+                             f"{sum(sizes)} bytes per offloaded block, the KV cache "
+                             f"config {want}: a tensor is missing, and blocks "
+                             "stored so would lack its bytes")
         base = self.layout.rank_offset(rank)
         offsets = [base + o for o in self.layout.tensor_offsets(sizes)]
         pool = _WorkerPool(self.connect)

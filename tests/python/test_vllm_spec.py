@@ -244,6 +244,8 @@ def test_canonical_tensors_must_fit(k):
     page = spec.kv_cache_config.kv_cache_groups[0].kv_cache_spec.page_size_bytes
     with pytest.raises(ValueError, match="disagree"):
         handlers(spec, gpu_tensors(LAYERS + 1, page, 3))
+    with pytest.raises(ValueError, match="missing"):
+        handlers(spec, gpu_tensors(LAYERS - 1, page, 3))
 
 
 def test_jobs_that_cannot_be_done(k):
