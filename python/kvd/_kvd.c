@@ -37,6 +37,9 @@ static PyObject *kvd_error;		/* kvd.Error(OSError) */
 /* Round trips (2 ms apart) block_addrs waits for an extent kvd owes us. */
 #define EXTENT_TRIES	50
 
+/* How long close() waits for requests left in flight (wait=False). */
+#define CLOSE_WAIT_NS	1000000000LL
+
 typedef struct seq_object seq_object;
 
 typedef struct {
@@ -58,6 +61,9 @@ typedef struct {
 	int64_t			timeout_ns;	/* call_timeout_ms, -1: none */
 	pid_t			pid;		/* the process that connected */
 	int			close_pending;	/* a with ended under live views */
+	/* a sync call timed out: libkvclient may still owe its completion,
+	 * and nothing deferred may go out before it came (same data area) */
+	int			maybe_orphan;
 	/* kv_seqs whose Seq went while the lock was held (a collection in
 	 * one of our own calls): closed by the next call */
 	struct kv_seq		**zombies;
@@ -140,7 +146,22 @@ static PyObject *raise_call(client_object *self, int ret, const char *what)
 	else if (ret == -ECONNRESET)
 		snprintf(reason, sizeof(reason),
 			 "kvd went away (stopped, restarted, or ended this client): reconnect with a new Client");
+	else if (ret == -EBUSY)
+		snprintf(reason, sizeof(reason),
+			 "an earlier call that timed out is still unanswered (kvd stopped or wedged): try again");
+	if (ret == -ETIMEDOUT)
+		self->maybe_orphan = 1;
 	return raise_kv(ret, what, reason);
+}
+
+/* A kv_seq_* call failed: its reason (kv_last_error), noting a timeout. */
+static PyObject *raise_seq(client_object *self, int ret, const char *what)
+{
+	if (ret == -ETIMEDOUT)
+		self->maybe_orphan = 1;
+	if (ret == -EBUSY || ret == -ECONNRESET)
+		return raise_call(self, ret, what);
+	return raise_kv(ret, what, kv_last_error(self->c));
 }
 
 /* ---- the client's lock --------------------------------------------------- */
@@ -179,9 +200,10 @@ static int reap_deferred(client_object *self, int wait)
 		}
 		if (ret == -EAGAIN)
 			return 0;
-		if (ret) {
+		if (ret) {		/* kvd went away: they were dropped */
 			self->deferred = 0;
-			break;
+			self->def_off = 0;
+			return ret;
 		}
 		if (cqe->res < 0) {
 			self->def_failed++;
@@ -219,6 +241,8 @@ static int forked(client_object *self)
  */
 static int client_enter_ring(client_object *self, int shared)
 {
+	int ret;
+
 	if (!self->c) {
 		raise_kv(-EBADF, "kvd.Client", "the client is closed");
 		return -1;
@@ -231,10 +255,14 @@ static int client_enter_ring(client_object *self, int shared)
 		raise_kv(-EBADF, "kvd.Client", "the client is closed");
 		return -1;
 	}
-	if (reap_deferred(self, !shared)) {
+	ret = reap_deferred(self, !shared);
+	if (ret) {
 		PyThread_release_lock(self->lock);
-		raise_kv(-ETIMEDOUT, "kv_release",
-			 "kvd did not answer an earlier release within call_timeout_ms");
+		if (ret == -ETIMEDOUT)
+			raise_kv(ret, "kvd.Client",
+				 "kvd did not answer a request left in flight (release or commit, wait=False) within call_timeout_ms");
+		else
+			raise_call(self, ret, "kvd.Client");
 		return -1;
 	}
 	if (!self->deferred)
@@ -536,6 +564,9 @@ static int client_close_locked(client_object *self)
 
 static PyObject *client_close(client_object *self, PyObject *unused)
 {
+	int64_t saved;
+	int ret;
+
 	if (!self->c)
 		Py_RETURN_NONE;
 	if (self->views)
@@ -547,7 +578,13 @@ static PyObject *client_close(client_object *self, PyObject *unused)
 		client_leave(self);
 		Py_RETURN_NONE;
 	}
-	if (client_enter(self)) {
+	/* what is in flight gets a second to be answered, not for ever */
+	saved = self->timeout_ns;
+	if (self->timeout_ns < 0 || self->timeout_ns > CLOSE_WAIT_NS)
+		self->timeout_ns = CLOSE_WAIT_NS;
+	ret = client_enter(self);
+	self->timeout_ns = saved;
+	if (ret) {
 		if (!PyErr_ExceptionMatches(kvd_error))
 			return NULL;
 		/* kvd gone or not answering: disconnect all the same */
@@ -872,11 +909,25 @@ static struct kv_sqe *defer_sqe(client_object *self, const void *data,
 {
 	struct kv_sqe *sqe;
 	void *dst;
+	int ret;
 
+	if (self->maybe_orphan) {
+		/* a sync call reaps the late completion (libkvclient gives
+		 * back what it took); until it came, nothing may go out */
+		Py_BEGIN_ALLOW_THREADS
+		ret = kv_nop(self->c);
+		Py_END_ALLOW_THREADS
+		if (ret) {
+			raise_call(self, ret, what);
+			return NULL;
+		}
+		self->maybe_orphan = 0;
+	}
 	if (self->def_off + bytes > self->data_bytes ||
 	    !kv_sq_space_left(self->c)) {
-		if (reap_deferred(self, 1)) {
-			raise_kv(-ETIMEDOUT, what, "kvd did not answer within call_timeout_ms");
+		ret = reap_deferred(self, 1);
+		if (ret) {
+			raise_call(self, ret, what);
 			return NULL;
 		}
 	}
@@ -1111,6 +1162,7 @@ static int commit_release(client_object *self, struct kv_commit *e,
 {
 	size_t bytes = (size_t)nr * sizeof(*e);
 	unsigned long long failed = self->def_failed;
+	int last_err = self->def_err, ret;
 	struct kv_sqe *sqe;
 	uint32_t off;
 
@@ -1122,13 +1174,16 @@ static int commit_release(client_object *self, struct kv_commit *e,
 		return -1;
 	if (!wait)
 		return 0;
-	if (reap_deferred(self, 1)) {
-		raise_kv(-ETIMEDOUT, "kv_commit", "kvd did not answer within call_timeout_ms");
+	ret = reap_deferred(self, 1);
+	if (ret) {
+		raise_call(self, ret, "kv_commit");
 		return -1;
 	}
 	if (self->def_failed != failed) {	/* ours, the last reaped */
 		self->def_failed = failed;
-		raise_call(self, self->def_err, "kv_commit");
+		ret = self->def_err;
+		self->def_err = last_err;
+		raise_call(self, ret, "kv_commit");
 		return -1;
 	}
 	memcpy(e, kv_data_ptr(self->c, off, (uint32_t)bytes), bytes);
@@ -1364,7 +1419,7 @@ static PyObject *client_seq_open(client_object *self, PyObject *args, PyObject *
 	ret = kv_seq_open(self->c, tok, (size_t)nr, &ex, &s);
 	Py_END_ALLOW_THREADS
 	if (ret)
-		raise_kv(ret, "kv_seq_open", kv_last_error(self->c));
+		raise_seq(self, ret, "kv_seq_open");
 	else
 		r = seq_wrap(self, s);
 	client_leave(self);
@@ -1399,7 +1454,7 @@ static PyObject *client_seq_open_hashes(client_object *self, PyObject *args,
 	ret = kv_seq_open_hashes(self->c, h, (size_t)nh, t, (size_t)nt, &s);
 	Py_END_ALLOW_THREADS
 	if (ret)
-		raise_kv(ret, "kv_seq_open_hashes", kv_last_error(self->c));
+		raise_seq(self, ret, "kv_seq_open_hashes");
 	else
 		r = seq_wrap(self, s);
 	client_leave(self);
@@ -1437,7 +1492,7 @@ static PyObject *seq_append(seq_object *so, PyObject *arg)
 	ret = kv_seq_append(so->s, tok, (size_t)nr);
 	Py_END_ALLOW_THREADS
 	if (ret < 0)
-		raise_kv(ret, "kv_seq_append", kv_last_error(so->client->c));
+		raise_seq(so->client, ret, "kv_seq_append");
 	else
 		r = Py_NewRef(Py_None);
 	client_leave(so->client);
@@ -1456,7 +1511,7 @@ static PyObject *seq_commit(seq_object *so, PyObject *unused)
 	ret = kv_seq_commit(so->s);
 	Py_END_ALLOW_THREADS
 	if (ret < 0)
-		raise_kv(ret, "kv_seq_commit", kv_last_error(so->client->c));
+		raise_seq(so->client, ret, "kv_seq_commit");
 	client_leave(so->client);
 	if (ret < 0)
 		return NULL;
@@ -1475,7 +1530,7 @@ static PyObject *seq_fork(seq_object *so, PyObject *unused)
 	ret = kv_seq_fork(so->s, &child);
 	Py_END_ALLOW_THREADS
 	if (ret)
-		raise_kv(ret, "kv_seq_fork", kv_last_error(so->client->c));
+		raise_seq(so->client, ret, "kv_seq_fork");
 	else
 		r = seq_wrap(so->client, child);
 	client_leave(so->client);

@@ -305,6 +305,9 @@ class KvdOffloadingManager(OffloadingManager):
         self._seq = 0                   # store pins' order
         self._parents = {}              # store-pinned hash -> parent hash
         self._touched = []              # touch's chain, not yet refreshed
+        self._errno = 0                 # of the last call that failed
+        self._uncommitted = []          # [(pins, parents)] refused for now
+        self._unreleased = []           # ids refused for now
         self._fresh = OrderedDict()     # hash -> when kvd last saw it used
         self._chain_short = False
         self._touch_s = max(0, touch_refresh_ms) / 1000.0
@@ -353,6 +356,7 @@ class KvdOffloadingManager(OffloadingManager):
         self._stores.clear()
         self._parents.clear()
         self._touched = []
+        self._uncommitted, self._unreleased = [], []
         if c is not None:
             try:
                 c.close()
@@ -363,22 +367,41 @@ class KvdOffloadingManager(OffloadingManager):
         """fn(client, *args); None (logged) when it fails. Only calls that
         name no id may connect: ids never outlive their connection."""
         c = self.client() if connect else self._c
+        self._errno = 0
         if c is None:
             return None
         try:
             return fn(c, *args)
         except OSError as e:
+            self._errno = e.errno
             self._failed(what, e)
             return None
 
+    def _transient(self):
+        """Did the last call fail only for now (kvd slow to answer a
+        call that timed out), the connection alive: try it again later?"""
+        return self._c is not None and self._errno in (errno.EBUSY, errno.ETIMEDOUT)
+
     def _release(self, ids):
         """Drop refs without waiting: nothing needs kvd's answer, which
-        the next request reaps (kvd.Client.release(wait=False))."""
+        the next request reaps (kvd.Client.release(wait=False)). Refused
+        for now (a call timed out): kept and tried again at the next
+        call, so no ref stays for the engine's life."""
         ids = [i for i in ids if i >= 0]
-        for part in _chunks(ids):
+        for n, part in enumerate(_chunks(ids)):
             if self._call("release", lambda c, p: c.release(p, wait=False),
                           part, connect=False) is None:
+                if self._transient():
+                    self._unreleased += ids[n * CHUNK:]
                 return
+
+    def _retry(self):
+        """Commits and releases kvd refused for now: again, once."""
+        commits, self._uncommitted = self._uncommitted, []
+        ids, self._unreleased = self._unreleased, []
+        for pins, parents in commits:
+            self._commit(pins, parents)
+        self._release(ids)
 
     def _refresh(self, chain, keep=0):
         """LOOKUP `chain` (refreshing its hits in kvd's LRU) and drop the
@@ -414,6 +437,8 @@ class KvdOffloadingManager(OffloadingManager):
             self._refresh(chain, len(chain))
 
     def _expire(self):
+        if self._uncommitted or self._unreleased:
+            self._retry()
         self._flush_touch()
         now, dead = self._clock(), []
         while self._lease:
@@ -650,7 +675,10 @@ class KvdOffloadingManager(OffloadingManager):
                        for h, bid in part]
             if self._call("commit", lambda c, e: c.commit(e, release=True, wait=False)
                           or True, entries, connect=False) is None:
-                self._release([bid for _, bid in part])
+                if self._transient():   # written whole: commit them later
+                    self._uncommitted.append((part, parents))
+                else:
+                    self._release([bid for _, bid in part])
                 continue
             self._saw([h for h, _ in part])
             stored += [h for h, _ in part]

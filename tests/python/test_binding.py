@@ -409,6 +409,49 @@ def test_deferred_release_with_call_timeout(k):
     c.close()
 
 
+def test_deferred_after_a_timed_out_call(k):
+    """A call timed out: libkvclient still owes its completion, which
+    shares the data area. A deferred request is refused (EBUSY) until it
+    came, never mixed up with it; once it came, the late blocks went back."""
+    hashes = kvd.hash_blocks(list(range(16)), 16)
+    c = client(k, call_timeout_ms=200)
+    mine = c.alloc(1)
+    os.kill(k.proc.pid, 19)                     # SIGSTOP
+    try:
+        with pytest.raises(kvd.Error) as e:
+            c.alloc(4)
+        assert e.value.errno == errno.ETIMEDOUT
+        with pytest.raises(kvd.Error) as e:
+            c.commit([(mine[0], hashes[0], None)], release=True, wait=False)
+        assert e.value.errno == errno.EBUSY and "timed out" in str(e.value)
+    finally:
+        os.kill(k.proc.pid, 18)                 # SIGCONT
+    for _ in range(100):
+        try:
+            assert c.commit([(mine[0], hashes[0], None)], release=True,
+                            wait=False) is None
+            break
+        except kvd.Error as e:
+            assert e.errno == errno.EBUSY
+            time.sleep(0.02)
+    assert c.lookup(hashes) == mine             # my block, committed
+    c.release(mine)
+    assert c.stats()["client_refs"] == 0        # the late 4 given back
+    c.close()
+
+
+def test_flush_says_kvd_went_away(k):
+    c = client(k)
+    ids = c.alloc(1)
+    os.kill(k.proc.pid, 19)                     # SIGSTOP: never answered
+    c.release(ids, wait=False)
+    k.stop(9)
+    with pytest.raises(kvd.Error) as e:
+        c.flush()
+    assert e.value.errno == errno.ECONNRESET
+    c.close()
+
+
 def test_kvd_gone(k):
     c = client(k)
     ids = c.alloc(1)

@@ -427,6 +427,32 @@ def test_kvd_stops_and_restarts(k):
     assert m.lookup(to_hashes([1])) == 1
 
 
+def test_store_completed_while_a_call_is_unanswered(k):
+    """A call timed out (kvd stopped): the commit of a store written whole
+    meanwhile is refused for now; it is made at a later call, and no
+    ref stays held for the engine's life."""
+    import signal
+    m = KvdOffloadingManager(
+        lambda: kvd.Client("m", socket_path=k.socket, call_timeout_ms=200, **GEOM),
+        BLOCK_SIZE, lookup_lease_ms=0)
+    m.prepare_store(to_hashes([1, 2]))
+    os.kill(k.proc.pid, signal.SIGSTOP)
+    try:
+        assert m.prepare_store(to_hashes([3])) is None      # times out
+        m.complete_store(to_hashes([1, 2]))                 # refused for now
+    finally:
+        os.kill(k.proc.pid, signal.SIGCONT)
+    for _ in range(100):
+        if m.lookup(to_hashes([1, 2])) == 2:
+            break
+    assert m.lookup(to_hashes([1, 2])) == 2                 # committed later
+    m.complete_load([])
+    m.touch([])
+    assert m.client().stats()["client_refs"] == 0
+    m.close()
+    assert held(k) == 0
+
+
 def test_restart_between_prepare_and_complete(k):
     m = make(k)
     m.prepare_store(to_hashes([1]))
