@@ -150,11 +150,12 @@ endif
 
 # RUNPATH: $(O)/ from $(O)/python/kvd, $(PREFIX)/lib from an installed
 # $(PREFIX)/lib/python3.N/dist-packages/kvd (under any DESTDIR), PREFIX.
-$(PY_MOD): python/kvd/_kvd.c $(LIB) | $(DEPS_FIRST)
+PY_SRCS		:= $(wildcard python/kvd/*.c)
+$(PY_MOD): $(PY_SRCS) python/kvd/kvd_py.h $(LIB) | $(DEPS_FIRST)
 	@mkdir -p $(dir $@)
-	@echo "  CC      $< (python)"
-	$(Q)$(CC) $(BASE_CFLAGS) $(DEPFLAGS) -isystem $(PY_INCLUDE) $(CFLAGS) -fPIC -shared \
-		-fvisibility=hidden -o $@ $< -L$(O) -lkvclient \
+	@echo "  CC      python/kvd/*.c (python)"
+	$(Q)$(CC) $(BASE_CFLAGS) -isystem $(PY_INCLUDE) $(CFLAGS) -fPIC -shared \
+		-fvisibility=hidden -o $@ $(PY_SRCS) -L$(O) -lkvclient \
 		-Wl,-rpath,'$$ORIGIN/../..' -Wl,-rpath,'$$ORIGIN/../../..' \
 		-Wl,-rpath,$(PREFIX)/lib
 
@@ -296,6 +297,8 @@ clang-check: | $(DEPS_FIRST)
 	@echo "  CLANG   -fsyntax-only $(words $(KVD_SRCS) $(LIB_SRCS)) files + tools + tests"
 	$(Q)for f in $(KVD_SRCS) $(LIB_SRCS) $(wildcard kernels/*.c) tools/*.c tools/kvbench/*.c tests/unit/*.c tests/integration/*.c tests/soak/*.c; do \
 		clang $(BASE_CFLAGS) -Ikvd -Ikernels -fsyntax-only $$f || exit 1; done
+	$(Q)[ ! -f $(PY_INCLUDE)/Python.h ] || for f in $(PY_SRCS); do \
+		clang $(BASE_CFLAGS) -isystem $(PY_INCLUDE) -fsyntax-only $$f || exit 1; done
 
 # The whole suite again under AddressSanitizer and UBSan, in build-check/.
 SAN_FLAGS	:= -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \

@@ -76,6 +76,7 @@ int __kv_reset(struct kv_client *c);
 bool __kv_kvd_gone(struct kv_client *c);
 void __kv_extents_pending(struct kv_client *c);
 int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto);
+int __kv_failed(struct kv_client *c, const char *fn, int ret);
 
 /* cuda.c: the cuda backend's mappings and the device-write fence */
 int __kv_cuda_attach(struct kv_client *c, const struct kv_welcome *w);

@@ -3,8 +3,11 @@
  * Synchronous wrappers: one SQE, one doorbell if kvd sleeps, one CQE.
  * They use the start of the data area, so they refuse (-EBUSY) while
  * asynchronous requests are queued or in flight. With a call timeout
- * (kv_connect_params.call_timeout_ms) they give up with -ETIMEDOUT.
+ * (kv_connect_params.call_timeout_ms) they give up with -ETIMEDOUT. A
+ * request that fails leaves its reason for kv_last_error(), as the
+ * kv_seq_* calls (which make these requests) do.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -140,6 +143,56 @@ static int ids_fit(const struct kv_client *c, const void *ids, unsigned nr)
 	return 0;
 }
 
+/*
+ * kv_last_error's text for a -EDQUOT: kvd notes which limit refused the
+ * client (kv_stats quota_why), as kv_connect's errbuf gives its reasons.
+ */
+static void quota_text(struct kv_client *c, const char *fn)
+{
+	char *b = c->last_error;
+	size_t n = sizeof(c->last_error);
+	struct kv_stats st;
+
+	if (kv_stats(c, &st))
+		st.quota_why = KV_QUOTA_NONE;
+	switch (st.quota_why) {
+	case KV_QUOTA_NAMESPACE:
+		snprintf(b, n, "%s: namespace quota: the model's max_pages (%u pages) reached (kvd.conf; kvctl quota)",
+			 fn, st.quota_limit);
+		break;
+	case KV_QUOTA_TENANT:
+		snprintf(b, n, "%s: tenant quota: its max_pages (%u pages) reached, %u in use (kvd.conf; kvctl quota)",
+			 fn, st.quota_limit, st.pages_used);
+		break;
+	case KV_QUOTA_CLIENT:
+		snprintf(b, n, "%s: client quota: max_client_blocks (%u references) held; release some",
+			 fn, st.quota_limit);
+		break;
+	default:
+		snprintf(b, n, "%s: %s", fn, strerror(EDQUOT));
+	}
+}
+
+/*
+ * @fn (a kv_seq_* call or a synchronous request) returned @ret: where it
+ * failed, noted for kv_last_error().
+ */
+int __kv_failed(struct kv_client *c, const char *fn, int ret)
+{
+	if (ret >= 0 || !c)
+		return ret;
+	if (ret == -EDQUOT)
+		quota_text(c, fn);
+	else if (ret == -ENOSPC)
+		snprintf(c->last_error, sizeof(c->last_error),
+			 "%s: %s: every block of the pool is held, none cached to evict",
+			 fn, strerror(ENOSPC));
+	else
+		snprintf(c->last_error, sizeof(c->last_error), "%s: %s", fn,
+			 strerror(-ret));
+	return ret;
+}
+
 int kv_nop(struct kv_client *c)
 {
 	struct kv_sqe sqe = { 0 };
@@ -169,7 +222,7 @@ static int alloc(struct kv_client *c, unsigned nr, kv_block_t *ids,
 
 int kv_alloc(struct kv_client *c, unsigned nr, kv_block_t *ids)
 {
-	return alloc(c, nr, ids, 0);
+	return __kv_failed(c, "kv_alloc", alloc(c, nr, ids, 0));
 }
 
 int kv_alloc_wait(struct kv_client *c, unsigned nr, kv_block_t *ids,
@@ -177,7 +230,7 @@ int kv_alloc_wait(struct kv_client *c, unsigned nr, kv_block_t *ids,
 {
 	if (!timeout_ms || timeout_ms > KV_WAIT_MAX_MS)
 		return -EINVAL;
-	return alloc(c, nr, ids, timeout_ms);
+	return __kv_failed(c, "kv_alloc_wait", alloc(c, nr, ids, timeout_ms));
 }
 
 static int ids_op(struct kv_client *c, const kv_block_t *ids, unsigned nr,
@@ -198,12 +251,12 @@ static int ids_op(struct kv_client *c, const kv_block_t *ids, unsigned nr,
 
 int kv_release(struct kv_client *c, const kv_block_t *ids, unsigned nr)
 {
-	return ids_op(c, ids, nr, kv_prep_release);
+	return __kv_failed(c, "kv_release", ids_op(c, ids, nr, kv_prep_release));
 }
 
 int kv_ref(struct kv_client *c, const kv_block_t *ids, unsigned nr)
 {
-	return ids_op(c, ids, nr, kv_prep_ref);
+	return __kv_failed(c, "kv_ref", ids_op(c, ids, nr, kv_prep_ref));
 }
 
 int kv_cow(struct kv_client *c, kv_block_t *ids, unsigned nr)
@@ -212,7 +265,7 @@ int kv_cow(struct kv_client *c, kv_block_t *ids, unsigned nr)
 
 	if (ret >= 0)
 		memcpy(ids, c->data, (size_t)nr * sizeof(kv_block_t));
-	return ret;
+	return __kv_failed(c, "kv_cow", ret);
 }
 
 int kv_stats(struct kv_client *c, struct kv_stats *st)
@@ -239,8 +292,8 @@ static int fits(const struct kv_client *c, uint64_t bytes)
 	return bytes > c->data_bytes ? -E2BIG : 0;
 }
 
-int kv_lookup(struct kv_client *c, const struct kv_hash *hashes, unsigned nr,
-	      kv_block_t *ids)
+static int lookup(struct kv_client *c, const struct kv_hash *hashes,
+		  unsigned nr, kv_block_t *ids)
 {
 	struct kv_sqe sqe = { 0 };
 	uint32_t ids_off = nr * (uint32_t)sizeof(*hashes);
@@ -261,8 +314,14 @@ int kv_lookup(struct kv_client *c, const struct kv_hash *hashes, unsigned nr,
 	return ret;
 }
 
-int kv_alloc_prefix(struct kv_client *c, const struct kv_hash *hashes,
-		    unsigned n_hashes, unsigned nr_blocks, kv_block_t *ids)
+int kv_lookup(struct kv_client *c, const struct kv_hash *hashes, unsigned nr,
+	      kv_block_t *ids)
+{
+	return __kv_failed(c, "kv_lookup", lookup(c, hashes, nr, ids));
+}
+
+static int alloc_prefix(struct kv_client *c, const struct kv_hash *hashes,
+			unsigned n_hashes, unsigned nr_blocks, kv_block_t *ids)
 {
 	struct kv_sqe sqe = { 0 };
 	uint32_t ids_off = n_hashes * (uint32_t)sizeof(*hashes);
@@ -285,7 +344,14 @@ int kv_alloc_prefix(struct kv_client *c, const struct kv_hash *hashes,
 	return ret;
 }
 
-int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr)
+int kv_alloc_prefix(struct kv_client *c, const struct kv_hash *hashes,
+		    unsigned n_hashes, unsigned nr_blocks, kv_block_t *ids)
+{
+	return __kv_failed(c, "kv_alloc_prefix",
+			   alloc_prefix(c, hashes, n_hashes, nr_blocks, ids));
+}
+
+static int commit(struct kv_client *c, struct kv_commit *entries, unsigned nr)
 {
 	struct kv_sqe sqe = { 0 };
 	size_t bytes = (size_t)nr * sizeof(*entries);
@@ -304,4 +370,9 @@ int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr)
 	if (ret >= 0)
 		memcpy(entries, c->data, bytes);
 	return ret;
+}
+
+int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr)
+{
+	return __kv_failed(c, "kv_commit", commit(c, entries, nr));
 }

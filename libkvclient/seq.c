@@ -13,7 +13,6 @@
  * that fails leaves its reason for kv_last_error(), as kv_connect's
  * errbuf does: for -EDQUOT, the quota kvd says refused it.
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -439,57 +438,10 @@ static int seq_close(struct kv_seq *s)
 	return ret;
 }
 
-/*
- * kv_last_error's text for a -EDQUOT: kvd notes which limit refused the
- * client (kv_stats quota_why), as kv_connect's errbuf gives its reasons.
- */
-static void quota_text(struct kv_client *c, const char *fn)
-{
-	char *b = c->last_error;
-	size_t n = sizeof(c->last_error);
-	struct kv_stats st;
-
-	if (kv_stats(c, &st))
-		st.quota_why = KV_QUOTA_NONE;
-	switch (st.quota_why) {
-	case KV_QUOTA_NAMESPACE:
-		snprintf(b, n, "%s: namespace quota: the model's max_pages (%u pages) reached (kvd.conf; kvctl quota)",
-			 fn, st.quota_limit);
-		break;
-	case KV_QUOTA_TENANT:
-		snprintf(b, n, "%s: tenant quota: its max_pages (%u pages) reached, %u in use (kvd.conf; kvctl quota)",
-			 fn, st.quota_limit, st.pages_used);
-		break;
-	case KV_QUOTA_CLIENT:
-		snprintf(b, n, "%s: client quota: max_client_blocks (%u references) held; release some",
-			 fn, st.quota_limit);
-		break;
-	default:
-		snprintf(b, n, "%s: %s", fn, strerror(EDQUOT));
-	}
-}
-
-/* @fn returned @ret: where it failed, note why for kv_last_error(). */
-static int seq_failed(struct kv_client *c, const char *fn, int ret)
-{
-	if (ret >= 0 || !c)
-		return ret;
-	if (ret == -EDQUOT)
-		quota_text(c, fn);
-	else if (ret == -ENOSPC)
-		snprintf(c->last_error, sizeof(c->last_error),
-			 "%s: %s: every block of the pool is held, none cached to evict",
-			 fn, strerror(ENOSPC));
-	else
-		snprintf(c->last_error, sizeof(c->last_error), "%s: %s", fn,
-			 strerror(-ret));
-	return ret;
-}
-
 int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,
 		const struct kv_extra_keys *extra, struct kv_seq **out)
 {
-	return seq_failed(c, "kv_seq_open",
+	return __kv_failed(c, "kv_seq_open",
 			  seq_open(c, tokens, n_tokens, extra, out));
 }
 
@@ -497,32 +449,32 @@ int kv_seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 		       size_t n_hashes, const uint32_t *tail, size_t n_tail,
 		       struct kv_seq **out)
 {
-	return seq_failed(c, "kv_seq_open_hashes",
+	return __kv_failed(c, "kv_seq_open_hashes",
 			  seq_open_hashes(c, hashes, n_hashes, tail, n_tail,
 					  out));
 }
 
 int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 {
-	return seq_failed(s ? s->c : NULL, "kv_seq_append",
+	return __kv_failed(s ? s->c : NULL, "kv_seq_append",
 			  seq_append(s, tokens, n));
 }
 
 int kv_seq_commit(struct kv_seq *s)
 {
-	return seq_failed(s ? s->c : NULL, "kv_seq_commit", seq_commit(s));
+	return __kv_failed(s ? s->c : NULL, "kv_seq_commit", seq_commit(s));
 }
 
 int kv_seq_fork(struct kv_seq *s, struct kv_seq **out)
 {
-	return seq_failed(s ? s->c : NULL, "kv_seq_fork", seq_fork(s, out));
+	return __kv_failed(s ? s->c : NULL, "kv_seq_fork", seq_fork(s, out));
 }
 
 int kv_seq_close(struct kv_seq *s)
 {
 	struct kv_client *c = s ? s->c : NULL;
 
-	return seq_failed(c, "kv_seq_close", seq_close(s));
+	return __kv_failed(c, "kv_seq_close", seq_close(s));
 }
 
 const char *kv_last_error(const struct kv_client *c)

@@ -501,7 +501,8 @@ def fmt_ns(ns):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--vendor", default=os.path.join(SHARED, "vendor"),
+    ap.add_argument("--vendor", default=(os.environ.get("KVD_VLLM_VENDOR")
+                                         or os.path.join(SHARED, "vendor")),
                     help="the vendored sources (vllm_shim.py, vllm-v0.19.0/)")
     ap.add_argument("--workload", default=os.path.join(SHARED, "bench",
                                                        "shared_prompts.kvdtrc"),

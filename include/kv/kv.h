@@ -395,10 +395,12 @@ size_t kv_seq_len(const struct kv_seq *s);
 size_t kv_seq_hit_tokens(const struct kv_seq *s);
 
 /*
- * kv_last_error - why the last kv_seq_* call on @c that failed did: a
- * line of text such as "kv_seq_append: namespace quota: model m at its
- * max_pages (2 pages)". "" when none failed yet; valid until the next
- * kv_seq_* call that fails on @c.
+ * kv_last_error - why the last kv_seq_* call or synchronous request
+ * (kv_alloc, kv_alloc_wait, kv_release, kv_ref, kv_cow, kv_lookup,
+ * kv_alloc_prefix, kv_commit) on @c that failed did: a line of text such
+ * as "kv_seq_append: namespace quota: model m at its max_pages (2
+ * pages)". "" when none failed yet; valid until the next such call that
+ * fails on @c.
  */
 const char *kv_last_error(const struct kv_client *c);
 

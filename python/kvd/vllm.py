@@ -309,7 +309,6 @@ class KvdOffloadingManager(OffloadingManager):
         self._uncommitted = []          # [(pins, parents)] refused for now
         self._unreleased = []           # ids refused for now
         self._fresh = OrderedDict()     # hash -> when kvd last saw it used
-        self._chain_short = False
         self._touch_s = max(0, touch_refresh_ms) / 1000.0
 
     # --- the connection
@@ -405,11 +404,10 @@ class KvdOffloadingManager(OffloadingManager):
 
     def _refresh(self, chain, keep=0):
         """LOOKUP `chain` (refreshing its hits in kvd's LRU) and drop the
-        refs of all but the hits from index `keep` on: the ids of those."""
+        refs of the hits before index `keep`: all the hits' ids."""
         ids = self._lookup(chain)
-        self._chain_short = len(ids) < keep
         self._release(ids[:keep])
-        return ids[keep:]
+        return ids
 
     def _saw(self, hashes):
         """kvd refreshed `hashes` in its LRU just now (hits, commits).
@@ -474,9 +472,9 @@ class KvdOffloadingManager(OffloadingManager):
         refs go at once). A chain kvd lacks part of (a block vLLM never
         offloaded) ends the hits early: then `hashes` again alone."""
         ids = self._refresh(chain + hashes, len(chain))
-        if ids or self._c is None or not self._chain_short:
-            return ids
-        return self._lookup(hashes)
+        if len(ids) < len(chain) and self._c is not None:
+            return self._lookup(hashes)
+        return ids[len(chain):]
 
     def _touched_prefix(self, hashes):
         """How many hashes of touch's chain come before `hashes`, when

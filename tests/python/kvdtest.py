@@ -28,7 +28,7 @@ BUILD = os.path.abspath(os.path.join(ROOT, os.environ.get("O", "build")))
 sys.path.insert(0, os.path.join(BUILD, "python"))
 
 SHARED = os.path.abspath(os.path.join(ROOT, "..", "shared"))
-VENDOR = os.path.join(SHARED, "vendor")
+VENDOR = os.environ.get("KVD_VLLM_VENDOR") or os.path.join(SHARED, "vendor")
 VLLM_DIR = os.path.join(VENDOR, "vllm-v0.19.0")
 
 _live = []
@@ -46,7 +46,8 @@ def need_vllm():
     """Exit 77 (skipped, with the reason) when the vendored vLLM is absent."""
     if not os.path.isdir(VLLM_DIR):
         print(f"SKIP: {VLLM_DIR} is absent: the vendored vLLM v0.19.0 "
-              "sources are needed for this test", file=sys.stderr)
+              "sources are needed for this test ($KVD_VLLM_VENDOR names "
+              "their folder)", file=sys.stderr)
         sys.exit(77)
     if VENDOR not in sys.path:
         sys.path.insert(0, VENDOR)

@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: MIT
+/*
+ * kvd._kvd: kvd.Seq: kv_seq, a request's sequence, closed with its Client.
+ */
+#include "kvd_py.h"
+
+static PyObject *seq_wrap(client_object *self, struct kv_seq *s)
+{
+	seq_object *so = PyObject_New(seq_object, &seq_type);
+
+	if (!so) {
+		kv_seq_close(s);
+		return NULL;
+	}
+	Py_INCREF(self);
+	so->client = self;
+	so->s = s;
+	so->next = self->seqs;
+	if (so->next)
+		so->next->pprev = &so->next;
+	so->pprev = &self->seqs;
+	self->seqs = so;
+	return (PyObject *)so;
+}
+
+/* Take @so off its client's list (the GIL guards it): its kv_seq. */
+static struct kv_seq *seq_unlink(seq_object *so)
+{
+	struct kv_seq *s = so->s;
+
+	if (!s)
+		return NULL;
+	so->s = NULL;
+	*so->pprev = so->next;
+	if (so->next)
+		so->next->pprev = so->pprev;
+	return s;
+}
+
+/* kv_seq_close @s (its blocks released); the client locked, ring ours. */
+void seq_close_now(client_object *self, struct kv_seq *s)
+{
+	if (self->pid != getpid())
+		return;		/* the parent's refs: not ours to drop */
+	Py_BEGIN_ALLOW_THREADS
+	kv_seq_close(s);
+	Py_END_ALLOW_THREADS
+}
+
+/* Close @so's kv_seq and unlink it; client locked, ring ours. */
+void seq_drop(seq_object *so)
+{
+	struct kv_seq *s = seq_unlink(so);
+
+	if (s)
+		seq_close_now(so->client, s);
+}
+
+/*
+ * A Seq went while its client's lock was held (a collection run inside
+ * one of the client's own calls, or another thread's call): its
+ * kv_seq is closed by the next call. Out of memory, it stays open until
+ * the client closes (kvd releases it then).
+ */
+static void seq_bury(client_object *self, struct kv_seq *s)
+{
+	if (self->nr_zombies == self->cap_zombies) {
+		Py_ssize_t cap = self->cap_zombies ? 2 * self->cap_zombies : 8;
+		struct kv_seq **z = PyMem_Realloc(self->zombies, cap * sizeof(*z));
+
+		if (!z)
+			return;
+		self->zombies = z;
+		self->cap_zombies = cap;
+	}
+	self->zombies[self->nr_zombies++] = s;
+}
+
+static const char *const seq_open_kw[] = { "tokens", "lora_id", "cache_salt", NULL };
+
+PyObject *client_seq_open(client_object *self, PyObject *args, PyObject *kw)
+{
+	struct kv_extra_keys ex = { 0 };
+	PyObject *tokens, *r = NULL;
+	const char *salt = NULL;
+	Py_ssize_t nr, salt_len = 0;
+	struct kv_seq *s;
+	uint32_t *tok;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zz#", (char **)seq_open_kw,
+					 &tokens, &ex.lora_id, &salt, &salt_len))
+		return NULL;
+	ex.cache_salt = salt;
+	ex.cache_salt_len = (size_t)salt_len;
+	tok = u32_array(tokens, "kv_seq_open: tokens", &nr);
+	if (!tok)
+		return NULL;
+	if (client_enter(self))
+		goto out;
+	Py_BEGIN_ALLOW_THREADS
+	ret = kv_seq_open(self->c, tok, (size_t)nr, &ex, &s);
+	Py_END_ALLOW_THREADS
+	if (ret)
+		raise_seq(self, ret, "kv_seq_open");
+	else
+		r = seq_wrap(self, s);
+	client_leave(self);
+out:
+	PyMem_Free(tok);
+	return r;
+}
+
+PyObject *client_seq_open_hashes(client_object *self, PyObject *args,
+				 PyObject *kw)
+{
+	static char *kwlist[] = { "hashes", "tail", NULL };
+	PyObject *hashes, *tail = NULL, *r = NULL, *empty = NULL;
+	struct kv_hash *h;
+	uint32_t *t = NULL;
+	Py_ssize_t nh, nt = 0;
+	struct kv_seq *s;
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &hashes, &tail))
+		return NULL;
+	h = hash_array(hashes, "kv_seq_open_hashes: hashes", &nh);
+	if (!h)
+		return NULL;
+	if (!tail)
+		tail = empty = PyTuple_New(0);
+	t = tail ? u32_array(tail, "kv_seq_open_hashes: tail", &nt) : NULL;
+	Py_XDECREF(empty);
+	if (!t || client_enter(self))
+		goto out;
+	Py_BEGIN_ALLOW_THREADS
+	ret = kv_seq_open_hashes(self->c, h, (size_t)nh, t, (size_t)nt, &s);
+	Py_END_ALLOW_THREADS
+	if (ret)
+		raise_seq(self, ret, "kv_seq_open_hashes");
+	else
+		r = seq_wrap(self, s);
+	client_leave(self);
+out:
+	PyMem_Free(t);
+	PyMem_Free(h);
+	return r;
+}
+
+/* Lock the Seq's client; -1 with an error if either is closed. */
+static int seq_enter(seq_object *so)
+{
+	if (client_enter(so->client))
+		return -1;
+	if (!so->s) {
+		client_leave(so->client);
+		raise_kv(-EBADF, "kvd.Seq", "the sequence is closed");
+		return -1;
+	}
+	return 0;
+}
+
+static PyObject *seq_append(seq_object *so, PyObject *arg)
+{
+	Py_ssize_t nr = 0;
+	uint32_t *tok = u32_array(arg, "kv_seq_append: tokens", &nr);
+	PyObject *r = NULL;
+	int ret;
+
+	if (!tok)
+		return NULL;
+	if (seq_enter(so))
+		goto out;
+	Py_BEGIN_ALLOW_THREADS
+	ret = kv_seq_append(so->s, tok, (size_t)nr);
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		raise_seq(so->client, ret, "kv_seq_append");
+	else
+		r = Py_NewRef(Py_None);
+	client_leave(so->client);
+out:
+	PyMem_Free(tok);
+	return r;
+}
+
+static PyObject *seq_commit(seq_object *so, PyObject *unused)
+{
+	int ret;
+
+	if (seq_enter(so))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	ret = kv_seq_commit(so->s);
+	Py_END_ALLOW_THREADS
+	if (ret < 0)
+		raise_seq(so->client, ret, "kv_seq_commit");
+	client_leave(so->client);
+	if (ret < 0)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+static PyObject *seq_fork(seq_object *so, PyObject *unused)
+{
+	struct kv_seq *child;
+	PyObject *r = NULL;
+	int ret;
+
+	if (seq_enter(so))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	ret = kv_seq_fork(so->s, &child);
+	Py_END_ALLOW_THREADS
+	if (ret)
+		raise_seq(so->client, ret, "kv_seq_fork");
+	else
+		r = seq_wrap(so->client, child);
+	client_leave(so->client);
+	return r;
+}
+
+static PyObject *seq_close(seq_object *so, PyObject *unused)
+{
+	if (!so->s || !so->client->c)
+		Py_RETURN_NONE;
+	if (client_enter(so->client))
+		return NULL;
+	seq_drop(so);
+	client_leave(so->client);
+	Py_RETURN_NONE;
+}
+
+static PyObject *seq_get_block_table(seq_object *so, void *unused)
+{
+	const kv_block_t *t;
+	uint32_t nr = 0;
+
+	if (!so->s)
+		return PyList_New(0);
+	t = kv_seq_block_table(so->s, &nr);
+	return id_list(t, nr);
+}
+
+static PyObject *seq_get_hit_tokens(seq_object *so, void *unused)
+{
+	return PyLong_FromSize_t(so->s ? kv_seq_hit_tokens(so->s) : 0);
+}
+
+static PyObject *seq_get_closed(seq_object *so, void *unused)
+{
+	return PyBool_FromLong(!so->s);
+}
+
+static Py_ssize_t seq_length(seq_object *so)
+{
+	return so->s ? (Py_ssize_t)kv_seq_len(so->s) : 0;
+}
+
+static PyObject *seq_enter_ctx(seq_object *so, PyObject *unused)
+{
+	Py_INCREF(so);
+	return (PyObject *)so;
+}
+
+static PyObject *seq_exit_ctx(seq_object *so, PyObject *args)
+{
+	PyObject *r = seq_close(so, NULL);
+
+	if (!r)
+		return NULL;
+	Py_DECREF(r);
+	Py_RETURN_FALSE;
+}
+
+/* Never waits for the lock: a collection may run inside a call of ours. */
+static void seq_dealloc(seq_object *so)
+{
+	client_object *self = so->client;
+	struct kv_seq *s = seq_unlink(so);
+
+	if (s && self->c && self->pid == getpid()) {
+		if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+			seq_bury(self, s);
+		} else {
+			if (reap_deferred(self, 1))
+				seq_bury(self, s);
+			else
+				seq_close_now(self, s);
+			PyThread_release_lock(self->lock);
+		}
+	}
+	Py_XDECREF(self);
+	PyObject_Free(so);
+}
+
+DOC(seq, "A request's sequence (kv_seq_open(3)): block_table, hit_tokens, len(),\n"
+"append(tokens), commit(), fork(), close(). Closed with its Client.");
+
+static PyMethodDef seq_methods[] = {
+	{ "append", (PyCFunction)seq_append, METH_O,
+	  "append(tokens): more tokens; a new block when one fills, the full\n"
+	  "blocks written before this call committed (kv_seq_append(3))" },
+	{ "commit", (PyCFunction)seq_commit, METH_NOARGS,
+	  "commit(): commit every full block now (kv_seq_commit(3))" },
+	{ "fork", (PyCFunction)seq_fork, METH_NOARGS,
+	  "fork() -> Seq sharing every block (kv_seq_fork(3))" },
+	{ "close", (PyCFunction)seq_close, METH_NOARGS,
+	  "close(): release the blocks; committed ones stay cached" },
+	{ "__enter__", (PyCFunction)seq_enter_ctx, METH_NOARGS, NULL },
+	{ "__exit__", (PyCFunction)seq_exit_ctx, METH_VARARGS, NULL },
+	{ 0 },
+};
+
+static PyGetSetDef seq_getset[] = {
+	{ "block_table", (getter)seq_get_block_table, NULL, "[id, ...] in order", NULL },
+	{ "hit_tokens", (getter)seq_get_hit_tokens, NULL,
+	  "tokens whose KV was already in the pool at open", NULL },
+	{ "closed", (getter)seq_get_closed, NULL, "True once closed", NULL },
+	{ 0 },
+};
+
+static PySequenceMethods seq_as_seq = {
+	.sq_length = (lenfunc)seq_length,
+};
+
+PyTypeObject seq_type = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "kvd.Seq",
+	.tp_basicsize = sizeof(seq_object),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = seq_doc,
+	.tp_dealloc = (destructor)seq_dealloc,
+	.tp_methods = seq_methods,
+	.tp_getset = seq_getset,
+	.tp_as_sequence = &seq_as_seq,
+};
