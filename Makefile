@@ -176,15 +176,18 @@ kvd_objs	= $(patsubst %,$(O)/obj/kvd/%.o,$(1))
 UNIT_LDLIBS	:= -lcmocka -luring -lxxhash -ldl -lm
 # The namespace layers (ns over prefix, hold, slab, over pool).
 UNIT_NS_OBJS	:= $(call kvd_objs,ns reclaim prefix hold slab pool log)
+# The kvd.conf parser and what it calls (ctx.c: context policies).
+UNIT_CONF_OBJS	:= $(call kvd_objs,config conf_parse options) \
+		   $(O)/obj/libkvclient/ctx.o
 # test_abi links nothing but itself.
-$(O)/tests/unit/test_config:	$(call kvd_objs,config conf_parse options)
-$(O)/tests/unit/test_options:	$(call kvd_objs,config conf_parse options)
+$(O)/tests/unit/test_config:	$(UNIT_CONF_OBJS)
+$(O)/tests/unit/test_options:	$(UNIT_CONF_OBJS)
 $(O)/tests/unit/test_cuda:	$(call kvd_objs,cuda extent pool log) $(O)/obj/libkvclient/cudadrv.o
 $(O)/tests/unit/test_pool:	$(call kvd_objs,pool log)
 $(O)/tests/unit/test_ring:	$(call kvd_objs,ring opdef extent) $(UNIT_NS_OBJS)
 $(O)/tests/unit/test_ns $(O)/tests/unit/test_ns_stress: $(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
 $(O)/tests/unit/test_prefix $(O)/tests/unit/test_reclaim: $(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
-$(O)/tests/unit/test_tenant:	$(UNIT_NS_OBJS) $(call kvd_objs,tenant config conf_parse options)
+$(O)/tests/unit/test_tenant:	$(UNIT_NS_OBJS) $(call kvd_objs,tenant) $(UNIT_CONF_OBJS)
 # The kernels' references: through their library, as an engine links them.
 $(O)/tests/unit/test_kernels_attn $(O)/tests/unit/test_kernels_convert \
 	$(O)/tests/unit/test_kernels_ref: $(KERNELS_LIB)
@@ -340,7 +343,8 @@ $(FUZZ_O)/fuzz_ctrl $(FUZZ_O)/fuzz_sqe: $(FUZZ_O)/fuzz_%: $(FUZZ_O)/obj/tests/fu
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_KVD_LD)
 
-$(FUZZ_O)/fuzz_conf: $(FUZZ_O)/obj/tests/fuzz/fuzz_conf.o $(FUZZ_UTIL) $(FUZZ_O)/obj/kvd/config.o $(FUZZ_O)/obj/kvd/conf_parse.o
+$(FUZZ_O)/fuzz_conf: $(FUZZ_O)/obj/tests/fuzz/fuzz_conf.o $(FUZZ_UTIL) $(FUZZ_O)/obj/kvd/config.o $(FUZZ_O)/obj/kvd/conf_parse.o \
+		$(FUZZ_O)/obj/libkvclient/ctx.o
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^
 

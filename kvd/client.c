@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include <kv/barrier.h>
+#include <kv/kv.h>
 
 #include "backend.h"
 #include "client.h"
@@ -120,8 +121,8 @@ static void arm_doorbell(struct kvd *d, struct kvd_client *c)
 		return arm_failed(d, c, err);
 }
 
-static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
-			 int nfds);
+static void send_welcome(int sock, struct kv_welcome *w, size_t size,
+			 const int *fds, int nfds);
 
 /*
  * Tell @fd -EAGAIN and @why. Closing a unix socket with unread data
@@ -135,7 +136,7 @@ static void say_refused(int fd, const char *why)
 	char drain[sizeof(struct kv_hello)];
 
 	snprintf(w.errmsg, sizeof(w.errmsg), "%s", why);
-	send_welcome(fd, &w, NULL, 0);
+	send_welcome(fd, &w, sizeof(w), NULL, 0);
 	shutdown(fd, SHUT_RD);
 	while (recv(fd, drain, sizeof(drain), MSG_DONTWAIT) > 0)
 		;
@@ -232,11 +233,15 @@ void kvd_client_accept(struct kvd *d, int fd)
 	arm_ctrl(d, c);
 }
 
-static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
-			 int nfds)
+/*
+ * @size: sizeof(*w), or the size a client of an older minor expects
+ * (KV_WELCOME_SIZE_3_2): it takes only a WELCOME of its own size.
+ */
+static void send_welcome(int sock, struct kv_welcome *w, size_t size,
+			 const int *fds, int nfds)
 {
 	char cbuf[CMSG_SPACE(3 * sizeof(int))];
-	struct iovec iov = { .iov_base = w, .iov_len = sizeof(*w) };
+	struct iovec iov = { .iov_base = w, .iov_len = size };
 	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
 	struct cmsghdr *cm;
 
@@ -244,7 +249,7 @@ static void send_welcome(int sock, struct kv_welcome *w, const int *fds,
 	w->abi_major = KV_ABI_MAJOR;
 	w->abi_minor = KV_ABI_MINOR;
 	w->type = KV_MSG_WELCOME;
-	w->size = sizeof(*w);
+	w->size = (__u32)size;
 	if (nfds) {
 		memset(cbuf, 0, sizeof(cbuf));
 		msg.msg_control = cbuf;
@@ -268,7 +273,7 @@ static void refuse(struct kvd *d, struct kvd_client *c, int err,
 	if (kvd_ratelimit(&d->rl_kill))
 		kvd_info("client %u (pid %d uid %u) refused: %s", c->id,
 			 (int)c->pid, (unsigned)c->uid, why);
-	send_welcome(c->sock, &w, NULL, 0);
+	send_welcome(c->sock, &w, sizeof(w), NULL, 0);
 	kvd_client_kill(d, c, NULL);
 }
 
@@ -406,6 +411,37 @@ static void ns_put(struct kvd *d, struct kvd_ns *ns)
 	d->nr_ns--;
 }
 
+/*
+ * The context settings of @c's namespace: its kvd.conf section as now
+ * loaded, so a reload applies to each client that comes after it. kvd's
+ * kernels cannot mask a foreign layout: an opaque namespace also refuses
+ * window and sinks, and a default of those falls back to none (said
+ * when the namespace gets its first client, not at every HELLO).
+ */
+static void welcome_ctx(struct kvd *d, const struct kvd_client *c,
+			const struct kv_hello *h, struct kv_welcome *w)
+{
+	const struct kvd_quota_conf *q;
+	char pol[64];
+
+	q = kvd_conf_quota(&d->conf, d->tenants[c->tenant].name, h->model_id);
+	if (q) {
+		w->max_context = q->max_context;
+		w->ctx_refused = q->ctx_refused;
+		w->ctx_default = q->ctx_default;
+	}
+	if (h->geom.dtype != KV_DTYPE_OPAQUE)
+		return;
+	w->ctx_refused |= 1U << KV_CTX_WINDOW | 1U << KV_CTX_SINKS;
+	if (!(w->ctx_refused >> w->ctx_default.kind & 1))
+		return;
+	if (c->ns->nr_clients == 1 &&
+	    kv_ctx_policy_format(&w->ctx_default, pol, sizeof(pol)) >= 0)
+		kvd_info("namespace %u (%s): context_policy %s needs kvd's masks, which an opaque dtype cannot have; its clients get none",
+			 c->ns->handle, c->ns->model_id, pol);
+	memset(&w->ctx_default, 0, sizeof(w->ctx_default));
+}
+
 static void hello(struct kvd *d, struct kvd_client *c, int len)
 {
 	const struct kv_hello *h = &c->rx.hello;
@@ -472,6 +508,7 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	w.max_blocks = c->ns->max_blocks;
 	w.features = KV_FEAT_NEED_WAKEUP | KV_FEAT_LEASE;
 	w.boot_id = d->boot_id | 1;	/* never 0, an older kvd's */
+	welcome_ctx(d, c, h, &w);
 	w.ring = c->off;
 	/* legacy: one range, the whole pool, opened from w.ipc_handle */
 	w.extent_bytes = d->pool.bytes;
@@ -484,7 +521,9 @@ static void hello(struct kvd *d, struct kvd_client *c, int len)
 	fds[0] = c->ring_fd;
 	fds[1] = c->sq_evfd;
 	fds[2] = c->cq_evfd;
-	send_welcome(c->sock, &w, fds, 3);
+	/* a 3.0..3.2 client takes only the WELCOME it knows (3.3: ctx) */
+	send_welcome(c->sock, &w, h->abi_minor < 3 ? KV_WELCOME_SIZE_3_2 :
+		     sizeof(w), fds, 3);
 	c->state = KVD_CLIENT_LIVE;
 	c->lease_ms = h->lease_ms;
 	c->seen_ns = kvd_now_ns();

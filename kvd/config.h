@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <kv/abi.h>
+
 #define KVD_CONF_PATH		"/etc/kvd/kvd.conf"
 #define KVD_CONF_LINE_MAX	1024	/* bytes, newline excluded */
 #define KVD_CONF_NAME_MAX	32	/* tenant name, NUL included */
@@ -32,6 +34,7 @@
 #define KVD_CONF_SECRET_MAX	64	/* bytes */
 #define KVD_CONF_TENANTS_MAX	256	/* [tenant] sections (KVD_MAX_TENANTS) */
 #define KVD_CONF_USER_MAX	256	/* user name, NUL included (LOGIN_NAME_MAX) */
+#define KVD_CONF_CONTEXT_MAX	0x7fffffffU	/* max_context, tokens (2^31 - 1) */
 
 #define KVD_BACKEND_AUTO	(-1)	/* backend: cuda if a device, else host */
 
@@ -58,12 +61,23 @@ struct kvd_tenant_conf {
 	unsigned	line;		/* of the section header */
 };
 
-/* A [namespace TENANT/MODEL] section: one model's quota in a tenant. */
+/*
+ * A [namespace TENANT/MODEL] section: one model's quota in a tenant, and
+ * the context settings kvd sends its clients in WELCOME (kv_seq applies
+ * them). Zeroed, as for a namespace without a section: no limit, every
+ * policy supported, none by default.
+ */
 struct kvd_quota_conf {
 	char		tenant[KVD_CONF_NAME_MAX];
 	char		model_id[KVD_CONF_MODEL_MAX];
 	uint32_t	min_pages;	/* 0: none */
 	uint32_t	max_pages;	/* 0: unlimited */
+	uint32_t	max_context;	/* tokens a sequence holds, 0: any */
+	uint32_t	ctx_refused;	/* 1 << kind of each kv_ctx_kind not
+					 * in context_policies; never
+					 * KV_CTX_NONE's */
+	struct kv_ctx_policy ctx_default;	/* context_policy, checked
+						 * against max_context */
 	unsigned	line;		/* of the section header */
 };
 

@@ -2,8 +2,8 @@
 /*
  * kvd.conf parser (kvd/config.c): a full valid file, every error with its
  * exact "PATH:LINE:" prefix, a missing file, tenant and quota look-ups,
- * and user and group names. Each test writes its file with mkstemp in
- * /tmp and removes it in teardown.
+ * a namespace's context settings, and user and group names. Each test
+ * writes its file with mkstemp in /tmp and removes it in teardown.
  *
  * Names used: root (uid 0, gid 0), nobody (uid 65534, primary group
  * 65534) and nogroup (gid 65534), which exist on Debian and Ubuntu; a
@@ -346,6 +346,139 @@ static void test_config_values(void **state)
 	assert_int_equal(t->conf.tenants[0].max_pages, UINT32_MAX);
 }
 
+/* ---- context settings of a namespace ---------------------------------- */
+
+#define NS_OK		TENANT_OK("a", "1") "[namespace a/m]\n"
+
+#define R(k)		(1U << KV_CTX_##k)
+
+/*
+ * max_context, context_policy and context_policies with good values, in
+ * either order: the policy is checked against max_context at the end of
+ * the section, wherever max_context stands in it.
+ */
+static void test_config_context(void **state)
+{
+	static const struct {
+		const char	*keys;
+		uint32_t	max_context;
+		uint32_t	refused;
+		struct kv_ctx_policy pol;
+	} good[] = {
+		{ "", 0, 0, { KV_CTX_NONE, 0, 0, 0 } },
+		{ "context_policy = none\n", 0, 0, { KV_CTX_NONE, 0, 0, 0 } },
+		{ "max_context = 0\n", 0, 0, { KV_CTX_NONE, 0, 0, 0 } },
+		{ "max_context = 2147483647\n", 2147483647, 0,
+		  { KV_CTX_NONE, 0, 0, 0 } },
+		{ "max_context = 4096\ncontext_policy = sinks 4 4092\n", 4096, 0,
+		  { KV_CTX_SINKS, 0, 4, 4092 } },
+		{ "context_policy = sinks 4 4092\nmax_context = 4096\n", 4096, 0,
+		  { KV_CTX_SINKS, 0, 4, 4092 } },
+		{ "context_policy = sinks 4 4091 bos-extra\nmin_pages = 1\n"
+		  "max_context = 4096\n", 4096, 0,
+		  { KV_CTX_SINKS, KV_CTX_BOS_EXTRA, 4, 4091 } },
+		{ "context_policy = \"sinks 1 4095 bos\"  # quoted\n"
+		  "max_context=4096\n", 4096, 0,
+		  { KV_CTX_SINKS, KV_CTX_BOS, 1, 4095 } },
+		{ "context_policy = \tsinks\t0  8\n", 0, 0,
+		  { KV_CTX_SINKS, 0, 0, 8 } },
+		{ "context_policy = truncate\nmax_context = 8192\n", 8192, 0,
+		  { KV_CTX_TRUNCATE, 0, 0, 0 } },
+		{ "max_context = 1\ncontext_policy = truncate stop\n", 1, 0,
+		  { KV_CTX_TRUNCATE, 0, 0, 0 } },
+		{ "context_policy = truncate drop\nmax_context = 8192\n", 8192, 0,
+		  { KV_CTX_TRUNCATE, KV_CTX_DROP_OLDEST, 0, 0 } },
+		{ "context_policy = window 4096\n", 0, 0,
+		  { KV_CTX_WINDOW, 0, 0, 4096 } },
+		{ "context_policy = window 4095 bos-extra\nmax_context = 4096\n",
+		  4096, 0, { KV_CTX_WINDOW, KV_CTX_BOS_EXTRA, 0, 4095 } },
+		{ "context_policy = window 4294967295\n", 0, 0,
+		  { KV_CTX_WINDOW, 0, 0, UINT32_MAX } },
+		{ "context_policies = none, truncate\ncontext_policy = truncate\n"
+		  "max_context = 100\n", 100, R(WINDOW) | R(SINKS),
+		  { KV_CTX_TRUNCATE, 0, 0, 0 } },
+		{ "context_policy = window 512\ncontext_policies = none window\n",
+		  0, R(TRUNCATE) | R(SINKS), { KV_CTX_WINDOW, 0, 0, 512 } },
+		{ "context_policies = none\n", 0,
+		  R(TRUNCATE) | R(WINDOW) | R(SINKS),
+		  { KV_CTX_NONE, 0, 0, 0 } },
+		{ "context_policies = sinks,none ,, window\n", 0, R(TRUNCATE),
+		  { KV_CTX_NONE, 0, 0, 0 } },
+		{ "context_policies = none truncate window sinks\n", 0, 0,
+		  { KV_CTX_NONE, 0, 0, 0 } },
+	};
+	struct ctx *t = *state;
+	const struct kvd_quota_conf *q;
+	char text[512];
+
+	for (size_t i = 0; i < ARRAY_SIZE(good); i++) {
+		snprintf(text, sizeof(text), NS_OK "%s", good[i].keys);
+		t_load_ok(t, text);
+		q = kvd_conf_quota(&t->conf, "a", "m");
+		assert_non_null(q);
+		if (q->max_context != good[i].max_context ||
+		    q->ctx_refused != good[i].refused ||
+		    memcmp(&q->ctx_default, &good[i].pol, sizeof(good[i].pol)))
+			print_error("case %zu: max_context %u refused %#x policy %u %#x %u %u\n",
+				    i, q->max_context, q->ctx_refused,
+				    q->ctx_default.kind, q->ctx_default.flags,
+				    q->ctx_default.sinks,
+				    q->ctx_default.window);
+		assert_int_equal(q->max_context, good[i].max_context);
+		assert_int_equal(q->ctx_refused, good[i].refused);
+		assert_memory_equal(&q->ctx_default, &good[i].pol,
+				    sizeof(good[i].pol));
+	}
+}
+
+/* Each namespace has its own settings; one never leaks into the next. */
+static void test_config_context_sections(void **state)
+{
+	struct ctx *t = *state;
+	const struct kvd_quota_conf *q;
+
+	t_load_ok(t, TENANT_OK("a", "1")
+		  "[namespace a/m]\n"
+		  "context_policy = sinks 4 1020\n"
+		  "max_context = 1024\n"
+		  "context_policies = none, sinks\n"
+		  "[namespace a/n]\n"
+		  "max_context = 10\n"
+		  "[namespace a/o]\n");
+	q = kvd_conf_quota(&t->conf, "a", "m");
+	assert_int_equal(q->max_context, 1024);
+	assert_int_equal(q->ctx_refused, R(TRUNCATE) | R(WINDOW));
+	assert_int_equal(q->ctx_default.kind, KV_CTX_SINKS);
+	q = kvd_conf_quota(&t->conf, "a", "n");
+	assert_int_equal(q->max_context, 10);
+	assert_int_equal(q->ctx_refused, 0);
+	assert_int_equal(q->ctx_default.kind, KV_CTX_NONE);
+	q = kvd_conf_quota(&t->conf, "a", "o");
+	assert_int_equal(q->max_context, 0);
+	assert_int_equal(q->ctx_refused, 0);
+	/* The max_context of a later section does not save an earlier one. */
+	assert_int_equal(t_load(t, TENANT_OK("a", "1")
+				"[namespace a/m]\ncontext_policy = truncate\n"
+				"[namespace a/n]\nmax_context = 100\n"), -EINVAL);
+	assert_non_null(strstr(t->err, ":5: context_policy: truncate needs a max_context"));
+}
+
+/* The whole message of kvd.conf(5)'s example, at the later key's line. */
+static void test_config_context_error_exact(void **state)
+{
+	struct ctx *t = *state;
+	char want[ERRLEN];
+
+	assert_int_equal(t_load(t, NS_OK "\n\n\n\n\n\n\n\n"
+				"context_policy = sinks 4 4096\n"
+				"max_context = 4096\n"
+				"[namespace a/n]\n"), -EINVAL);
+	snprintf(want, sizeof(want),
+		 "%s:14: context_policy: sinks + window above max_context (4 + 4096 > 4096)",
+		 t->path);
+	assert_string_equal(t->err, want);
+}
+
 /* ---- user and group names --------------------------------------------- */
 
 static void test_config_users_groups(void **state)
@@ -504,6 +637,83 @@ static const struct bad_case bad_cases[] = {
 	{ TENANT_OK("a", "1") "max_pages = 4294967296\n", 4,
 	  "max_pages: '4294967296' is not a number from 0 to 4294967295" },
 	{ TENANT_OK("a", "1") "max_pages = 1G\n", 4, "max_pages: '1G' is not a number" },
+	/* context: max_context */
+	{ NS_OK "max_context = 2147483648\n", 5,
+	  "max_context: '2147483648' is out of range (at most 2147483647 tokens, 2^31 - 1)" },
+	{ NS_OK "max_context = 99999999999999999999999\n", 5,
+	  "max_context: '99999999999999999999999' is out of range (at most 2147483647" },
+	{ NS_OK "max_context = 4k\n", 5,
+	  "max_context: '4k' is not a number of tokens (0 to 2147483647; 0: no limit)" },
+	{ NS_OK "max_context = -1\n", 5, "max_context: '-1' is not a number of tokens" },
+	/* context: context_policy, its grammar */
+	{ NS_OK "context_policy = slide 512\n", 5,
+	  "context_policy: unknown policy 'slide' (none, truncate [stop|drop], window W or sinks S W" },
+	{ NS_OK "context_policy = Window 512\n", 5,
+	  "context_policy: unknown policy 'Window'" },
+	{ NS_OK "context_policy = sinks 4 4092 bos-first\n", 5,
+	  "context_policy: unknown word 'bos-first' in 'sinks 4 4092 bos-first' (sinks S W, S and W decimal numbers of tokens, optionally followed by bos or bos-extra)" },
+	{ NS_OK "context_policy = window 4k\n", 5,
+	  "context_policy: unknown word '4k' in 'window 4k' (window W," },
+	{ NS_OK "context_policy = truncate cut\n", 5,
+	  "context_policy: unknown word 'cut' in 'truncate cut' (truncate, truncate stop or truncate drop)" },
+	{ NS_OK "context_policy = none 5\n", 5,
+	  "context_policy: 'none 5' is not none, with nothing after it" },
+	{ NS_OK "context_policy = window\n", 5,
+	  "context_policy: 'window' is not window W, W a decimal number of tokens, optionally followed by bos-extra" },
+	{ NS_OK "context_policy = sinks 4\n", 5,
+	  "context_policy: 'sinks 4' is not sinks S W" },
+	{ NS_OK "context_policy = sinks 4 bos 100\n", 5,
+	  "context_policy: 'sinks 4 bos 100' is not sinks S W" },
+	{ NS_OK "context_policy = window 99999999999\n", 5,
+	  "context_policy: '99999999999' is more than 4294967295 tokens" },
+	/* context: context_policy, its values (checked at the section's end) */
+	{ NS_OK "context_policy = window 0\n", 5, "context_policy: window 0" },
+	{ NS_OK "context_policy = sinks 4 0\nmax_context = 100\n", 5,
+	  "context_policy: window 0" },
+	{ NS_OK "max_context = 4096\ncontext_policy = sinks 4 4096\n", 6,
+	  "context_policy: sinks + window above max_context (4 + 4096 > 4096)" },
+	{ NS_OK "context_policy = sinks 4 4096\nmax_context = 4096\n" TENANT_OK("b", "2"), 6,
+	  "context_policy: sinks + window above max_context (4 + 4096 > 4096)" },
+	{ NS_OK "context_policy = sinks 4 4092 bos-extra\nmax_context = 4096\n", 6,
+	  "context_policy: sinks + window above max_context (4 + 4092 + 1 > 4096)" },
+	{ NS_OK "max_context = 4096\ncontext_policy = window 4097\n", 6,
+	  "context_policy: sinks + window above max_context (4097 > 4096)" },
+	{ NS_OK "context_policy = window 4096 bos-extra\n\nmax_context = 4096\n", 7,
+	  "context_policy: sinks + window above max_context (4096 + 1 > 4096)" },
+	{ NS_OK "context_policy = truncate\n", 5,
+	  "context_policy: truncate needs a max_context" },
+	{ NS_OK "context_policy = truncate drop\nmax_context = 0\n", 5,
+	  "context_policy: truncate needs a max_context" },
+	{ NS_OK "context_policy = sinks 0 4096 bos\nmax_context = 8192\n", 5,
+	  "context_policy: bos counted among 0 sinks" },
+	{ NS_OK "max_context = 8192\ncontext_policy = window 512 bos\n", 6,
+	  "context_policy: a flag this policy does not take" },
+	/* context: context_policies */
+	{ NS_OK "context_policies = truncate, window\n", 5,
+	  "context_policies: 'truncate, window' lacks none (a sequence must always be able to open without a policy)" },
+	{ NS_OK "context_policies = none, stream\n", 5,
+	  "context_policies: unknown policy 'stream' (none, truncate, window or sinks)" },
+	{ NS_OK "context_policies = none, window 512\n", 5,
+	  "context_policies: unknown policy '512'" },
+	{ NS_OK "context_policies = none,truncate none\n", 5,
+	  "context_policies: 'none' is listed twice" },
+	{ NS_OK "context_policies = \",\"\n", 5, "context_policies: empty list" },
+	{ NS_OK "context_policies = none truncate\nmax_context = 10\n"
+	  "context_policy = window 4\n", 7,
+	  "context_policy: window is not in context_policies of [namespace a/m]" },
+	{ NS_OK "context_policy = sinks 1 2\ncontext_policies = none\n", 6,
+	  "context_policy: sinks is not in context_policies of [namespace a/m]" },
+	/* context: keys set twice, or in the wrong section */
+	{ NS_OK "context_policy = none\ncontext_policy = window 4\n", 6,
+	  "duplicate key 'context_policy' in [namespace a/m] (first set on line 5)" },
+	{ NS_OK "max_context = 1\n\nmax_context = 1\n", 7,
+	  "duplicate key 'max_context' in [namespace a/m] (first set on line 5)" },
+	{ NS_OK "context_policies = none\ncontext_policies = none\n", 6,
+	  "duplicate key 'context_policies' in [namespace a/m] (first set on line 5)" },
+	{ "max_context = 4096\n", 1,
+	  "unknown key 'max_context' in global section (it belongs in a [namespace TENANT/MODEL] section)" },
+	{ TENANT_OK("a", "1") "context_policy = none\n", 4,
+	  "unknown key 'context_policy' in [tenant a] (it belongs in a [namespace TENANT/MODEL] section)" },
 	/* namespaces */
 	{ "[namespace bob/m]\nmax_pages = 1\n" TENANT_OK("a", "1"), 1,
 	  "namespace 'bob/m' names unknown tenant 'bob'" },
@@ -885,6 +1095,9 @@ static void test_config_example(void **state)
 	assert_int_equal(c->nr_quotas, 1);
 	assert_string_equal(c->quotas[0].tenant, "research");
 	assert_string_equal(c->quotas[0].model_id, "meta-llama/Llama-3.1-8B");
+	assert_int_equal(c->quotas[0].max_context, 0);
+	assert_int_equal(c->quotas[0].ctx_refused, 0);
+	assert_int_equal(c->quotas[0].ctx_default.kind, KV_CTX_NONE);
 }
 
 #define T(f)	cmocka_unit_test_setup_teardown(f, ctx_setup, ctx_teardown)
@@ -895,6 +1108,9 @@ int main(void)
 		T(test_config_full_file),
 		T(test_config_empty),
 		T(test_config_values),
+		T(test_config_context),
+		T(test_config_context_sections),
+		T(test_config_context_error_exact),
 		T(test_config_users_groups),
 		T(test_config_errors),
 		T(test_config_error_exact),
