@@ -45,12 +45,23 @@
  * 128 and 256 take pa_generic_kernel: CUDA cores, one warp per token for
  * the logits, one thread per channel for P.V.
  *
- * The launcher cannot read the block tables or context lengths (device
- * memory): a context longer than its table, or a block id past
- * pool_bytes, makes that sequence's output rows NaN instead of -EINVAL,
- * and nothing outside the pool is read. A workspace sized for fewer
- * partitions than the table's longest context needs is used as it is:
- * a CUDA block then covers a run of whole partitions.
+ * A context policy (sink_lens, window_starts) masks the table-space
+ * tokens [sink, wstart) of a sequence. A CUDA block walks the attended
+ * runs of its tokens, [t0, sink) and [wstart, t1), and stages only
+ * theirs, so no masked token gets a logit and a table entry wholly inside
+ * the hole is never read, neither its id nor its bytes (a tile's tail
+ * repeats an attended token; channel scales come from an attended
+ * block). A CUDA block left with no attended token writes an empty
+ * partition (m -inf, sum 0, o 0), which the reduce weighs 0, or zero rows
+ * when it is the sequence's only one.
+ *
+ * The launcher cannot read the block tables, context lengths, sinks or
+ * windows (device memory): a context longer than its table, a sink or
+ * window start past its context, or a block id past pool_bytes, makes
+ * that sequence's output rows NaN instead of -EINVAL, and nothing outside
+ * the pool is read. A workspace sized for fewer partitions than the
+ * table's longest context needs is used as it is: a CUDA block then
+ * covers a run of whole partitions.
  */
 #include <errno.h>
 #include <math.h>
@@ -65,11 +76,11 @@
 /*
  * ptxas, nvcc 13.0 -O3 sm_90 (`make kernels-usage`), no spills anywhere:
  *
- *   mma path      fp16/bf16            e4m3/int8            CUDA blocks/SM
- *   hd 64         96 regs, 15.3 KiB    92 regs, 15.3 KiB    5 (20 warps)
- *   hd 128        160 regs, 25.3 KiB   126 regs, 25.3 KiB   3 / 4
- *   hd 256        236 regs, 45.3 KiB   210 regs, 45.3 KiB   2
- *   generic       84-87 regs, 3.3 KiB + 64 B per head_dim of shared memory
+ *   mma path      fp16/bf16              e4m3/int8              CUDA blocks/SM
+ *   hd 64         96 regs, 15.3 KiB      94 regs, 15.3 KiB      5 (20 warps)
+ *   hd 128        154-164 regs, 25.3 KiB 128 regs, 25.3 KiB     3 / 4
+ *   hd 256        238 regs, 45.3 KiB     210-213 regs, 45.3 KiB 2
+ *   generic       72-84 regs, 3.3 KiB + 64 B per head_dim of shared memory
  *   reduce        32 regs
  *
  * A warp has its tile's K and V (8 KiB at fp16, hd 128) in flight while
@@ -94,6 +105,8 @@ struct pa {
 	void		*out;
 	const uint32_t	*tables;
 	const uint32_t	*lens;
+	const uint32_t	*sinks;		/* NULL: 0 */
+	const uint32_t	*wins;		/* window starts; NULL: 0 */
 	float		*ws_max;	/* [seqs][heads][nparts], natural log */
 	float		*ws_sum;
 	float		*ws_out;	/* [seqs][heads][nparts][hd] */
@@ -126,6 +139,8 @@ struct pa_job {
 	uint32_t	nh;		/* query heads, 1..8 */
 	uint32_t	np;		/* partitions of the sequence */
 	uint32_t	t0, t1;		/* tokens [t0, t1) */
+	uint32_t	a0, a1;		/* of them attended: [a0, a1) */
+	uint32_t	b0, b1;		/* and [b0, b1) */
 };
 
 __device__ static __forceinline__ float pa_ldq(const struct pa &p,
@@ -168,6 +183,28 @@ __device__ static __forceinline__ uint32_t pa_parts(const struct pa &p,
 	return (uint32_t)(((uint64_t)ctx + *span - 1) / *span);
 }
 
+/*
+ * The masked tokens [*lo, *hi) of @seq, of context @ctx: [sink, wstart),
+ * or none (0, 0) when the window starts at or before the sinks' end.
+ * False when a sink or window start lies past the context.
+ */
+__device__ static __forceinline__ bool pa_hole(const struct pa &p,
+					       uint32_t seq, uint32_t ctx,
+					       uint32_t *lo, uint32_t *hi)
+{
+	uint32_t sink = p.sinks ? p.sinks[seq] : 0;
+	uint32_t wstart = p.wins ? p.wins[seq] : 0;
+
+	*lo = *hi = 0;
+	if (sink > ctx || wstart > ctx)
+		return false;
+	if (wstart > sink) {
+		*lo = sink;
+		*hi = wstart;
+	}
+	return true;
+}
+
 /* Out rows of heads [h0, h0 + nh) of @seq set to @x (0 or NaN). */
 __device__ static void pa_fill(const struct pa &p, const struct pa_job &j,
 			       float x)
@@ -179,29 +216,65 @@ __device__ static void pa_fill(const struct pa &p, const struct pa_job &j,
 }
 
 /*
- * The job of this CUDA block; false when it has none. An empty context
- * gets zero rows, one its table cannot hold NaN rows, from partition 0.
+ * A job with no attended token: an empty partition (m -inf, sum 0, o 0)
+ * for the reduce, or zero rows when it is the sequence's only one.
+ */
+__device__ static void pa_empty(const struct pa &p, const struct pa_job &j)
+{
+	if (j.np == 1) {
+		pa_fill(p, j, 0.0f);
+		return;
+	}
+	for (uint32_t i = threadIdx.x; i < j.nh * p.hd; i += blockDim.x) {
+		uint32_t g = i / p.hd, d = i - g * p.hd;
+		uint64_t w = ((uint64_t)j.seq * p.num_heads + j.h0 + g) *
+			     p.nparts + blockIdx.z;
+
+		p.ws_out[w * p.hd + d] = 0.0f;
+		if (!d) {
+			p.ws_max[w] = -INFINITY;
+			p.ws_sum[w] = 0.0f;
+		}
+	}
+}
+
+/*
+ * The job of this CUDA block; false when it has none to compute. An
+ * empty context gets zero rows, one its table cannot hold or with a bad
+ * sink or window NaN rows, from partition 0; a job wholly masked is
+ * written as empty here.
  */
 __device__ static bool pa_job(const struct pa &p, struct pa_job *j)
 {
-	uint32_t ctx, y = blockIdx.y, g = y % p.groups;
+	uint32_t ctx, y = blockIdx.y, g = y % p.groups, lo, hi;
 	uint64_t span;
+	bool ok;
 
 	j->seq = blockIdx.x;
 	j->kvh = y / p.groups;
 	j->h0 = j->kvh * p.group + g * PA_HEADS;
 	j->nh = min((uint32_t)PA_HEADS, p.group - g * PA_HEADS);
 	ctx = p.lens[j->seq];
-	j->np = pa_parts(p, ctx, &span);
+	ok = pa_hole(p, j->seq, ctx, &lo, &hi);
+	j->np = ok ? pa_parts(p, ctx, &span) : 0;
 	if (!j->np) {
 		if (!blockIdx.z)
-			pa_fill(p, *j, ctx ? NAN : 0.0f);
+			pa_fill(p, *j, ok && !ctx ? 0.0f : NAN);
 		return false;
 	}
 	if (blockIdx.z >= j->np)
 		return false;
 	j->t0 = (uint32_t)(blockIdx.z * span);
 	j->t1 = (uint32_t)min((uint64_t)ctx, j->t0 + span);
+	/* [t0, t1) less the hole: before it, and after it */
+	j->a0 = j->t0;
+	j->a1 = min(j->t1, max(j->t0, lo));
+	j->b0 = min(j->t1, max(j->t0, hi));
+	j->b1 = j->t1;
+	if (j->a0 == j->a1 && j->b0 == j->b1) {
+		pa_empty(p, *j);
+		return false;
+	}
 	return true;
 }
 
@@ -233,15 +306,18 @@ __device__ static __forceinline__ void pa_stage(const struct pa &p,
 	}
 }
 
-/* K and V channel scales (KV_QUANT_CHANNEL), from the job's first block. */
+/*
+ * K and V channel scales (KV_QUANT_CHANNEL), from the block of the job's
+ * first attended token (every block of a layer carries the same ones).
+ */
 __device__ static const float *pa_chan(const struct pa &p,
 				       const struct pa_job &j, int v)
 {
-	uint32_t id;
+	uint32_t id, t = j.a0 < j.a1 ? j.a0 : j.b0;
 
 	if (p.quant != KV_QUANT_CHANNEL)
 		return NULL;
-	id = p.tables[(uint64_t)j.seq * p.max_blocks + j.t0 / p.bt];
+	id = p.tables[(uint64_t)j.seq * p.max_blocks + t / p.bt];
 	if (id >= p.nr_blocks)
 		id = 0;
 	return (const float *)(p.pool + id * p.block_bytes + p.layer_off +
@@ -585,8 +661,10 @@ pa_mma_kernel(const struct pa p)
 	for (int i = 0; i < S::NM; i++)
 		o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
-	for (uint32_t c0 = j.t0; c0 < j.t1; c0 += PA_CHUNK) {
-		uint32_t n = min((uint32_t)PA_CHUNK, j.t1 - c0);
+	for (int k = 0; k < 2; k++)
+	for (uint32_t c0 = k ? j.b0 : j.a0, e = k ? j.b1 : j.a1; c0 < e;
+	     c0 += PA_CHUNK) {
+		uint32_t n = min((uint32_t)PA_CHUNK, e - c0);
 
 		__syncthreads();	/* the last chunk's tiles are done */
 		pa_stage(p, j, c0, n, (n + PA_TILE - 1) & ~(PA_TILE - 1),
@@ -741,8 +819,10 @@ pa_generic_kernel(const struct pa p)
 	if (!threadIdx.x)
 		s_bad = 0;
 
-	for (uint32_t c0 = j.t0; c0 < j.t1; c0 += PA_GCHUNK) {
-		uint32_t n = min((uint32_t)PA_GCHUNK, j.t1 - c0);
+	for (int k = 0; k < 2; k++)
+	for (uint32_t c0 = k ? j.b0 : j.a0, e = k ? j.b1 : j.a1; c0 < e;
+	     c0 += PA_GCHUNK) {
+		uint32_t n = min((uint32_t)PA_GCHUNK, e - c0);
 
 		__syncthreads();
 		pa_stage(p, j, c0, n, n, s_base, s_row, &s_bad);
@@ -838,20 +918,31 @@ pa_generic_kernel(const struct pa p)
 
 /*
  * Grid (num_seqs, num_heads): the partitions of one (seq, head) merged,
- * as kv_kernels.h writes it down.
+ * as kv_kernels.h writes it down. An empty partition (m -inf, sum 0)
+ * weighs exactly 0; all of them empty: the sequence attends to nothing.
  */
 __global__ void __launch_bounds__(PA_THREADS)
 pa_reduce_kernel(const struct pa p)
 {
 	uint64_t row = (uint64_t)blockIdx.x * p.num_heads + blockIdx.y, span;
 	uint64_t w0 = row * p.nparts;
-	uint32_t np = pa_parts(p, p.lens[blockIdx.x], &span);
+	uint32_t ctx = p.lens[blockIdx.x], np = 0, lo, hi;
 	float mx = -INFINITY, sum = 0.0f;
+	bool live = false;
 
+	if (pa_hole(p, blockIdx.x, ctx, &lo, &hi))
+		np = pa_parts(p, ctx, &span);
 	if (np < 2)
 		return;
-	for (uint32_t i = 0; i < np; i++)
+	for (uint32_t i = 0; i < np; i++) {
 		mx = fmaxf(mx, p.ws_max[w0 + i]);
+		live |= p.ws_sum[w0 + i] != 0.0f;	/* NaN (bad) too */
+	}
+	if (!live) {		/* every partition empty: nothing attended */
+		for (uint32_t d = threadIdx.x; d < p.hd; d += blockDim.x)
+			pa_store(p, row * p.hd + d, 0.0f);
+		return;
+	}
 	for (uint32_t i = 0; i < np; i++)
 		sum += p.ws_sum[w0 + i] *
 		       exp2f((p.ws_max[w0 + i] - mx) * PA_LOG2E);
@@ -1008,6 +1099,8 @@ extern "C" int kv_cuda_paged_attention_decode(const struct kv_layout *l,
 	p.out = a->out;
 	p.tables = a->block_tables;
 	p.lens = a->context_lens;
+	p.sinks = a->sink_lens;
+	p.wins = a->window_starts;
 	p.block_bytes = l->block_bytes;
 	p.layer_off = (uint64_t)layer * l->layer_bytes;
 	p.v_off = l->v_off;

@@ -158,6 +158,19 @@ struct kv_decode_args {
 	void		*workspace;	/* CUDA: kv_decode_workspace_bytes;
 					 * the reference ignores it */
 	size_t		workspace_bytes;
+	/*
+	 * The kept range of a context policy (kv_seq_range(3)), in table
+	 * space (token t: block_tables[s][t / block_tokens], slot t %
+	 * block_tokens): sequence s attends to t < context_lens[s] with
+	 * t < sink_lens[s] or t >= window_starts[s]. A table entry whose
+	 * slots all lie in [sink_lens[s], window_starts[s]) is never read,
+	 * neither its id nor its bytes (its block may belong to another
+	 * sequence by now). NULL: 0 for every sequence (all attended).
+	 * Each must be <= context_lens[s] (reference: -EINVAL; CUDA: NaN
+	 * output rows). A sequence that attends to nothing gets 0.
+	 */
+	const uint32_t	*sink_lens;	/* [num_seqs] or NULL */
+	const uint32_t	*window_starts;	/* [num_seqs] or NULL */
 };
 
 /*
@@ -182,11 +195,13 @@ size_t kv_decode_workspace_bytes(const struct kv_layout *l,
  * partial results are reduced (FlashDecoding; vLLM's v2 kernel), so a few
  * long sequences still fill the GPU. fp32 accumulation. -EINVAL for bad
  * shapes, a non-finite scale, a context longer than max_blocks_per_seq
- * blocks, a block id whose bytes would lie past @pool_bytes, a workspace
- * too small (CUDA); -ENOMEM (reference: its partition scratch). The CUDA
- * launcher cannot read block tables or context lengths (device memory):
- * a sequence with a bad block id or too long a context gets NaN output
- * rows instead, and never reads outside @pool_bytes.
+ * blocks, a sink or window start past its context, a block id (of an
+ * entry with an attended token) whose bytes would lie past @pool_bytes,
+ * a workspace too small (CUDA); -ENOMEM (reference: its partition
+ * scratch). The CUDA launcher cannot read block tables, context lengths,
+ * sinks or windows (device memory): a sequence with a bad block id, too
+ * long a context or a bad sink or window gets NaN output rows instead,
+ * and never reads outside @pool_bytes.
  */
 int kv_ref_paged_attention_decode(const struct kv_layout *l,
 				  const void *pool, uint64_t pool_bytes,

@@ -17,7 +17,11 @@
  * 128 (256, 80, 96, 1024 too), GQA 1, 2, 3, 4, 8, 12, 16, 32, contexts of 0 to
  * 8192 tokens with partial last blocks, shuffled block tables, several
  * block and partition sizes, a workspace too small for the longest
- * context, and the device-side errors (NaN rows).
+ * context, and the device-side errors (NaN rows). With context policies
+ * (sink_lens, window_starts) too: the entries of a table wholly masked
+ * hold 0xffffffff or a stale id whose block is all-ones bytes (NaN), and
+ * so are the masked slots of partly attended blocks, so that a masked
+ * row or id read at all shows as NaN in the GPU's output.
  */
 #include <errno.h>
 #include <math.h>
@@ -387,7 +391,9 @@ static void check_reshape_args(void)
 /* ---- paged_attention_decode ---- */
 
 enum { WS_FULL, WS_SHORT };
-enum { BAD_NONE, BAD_BLOCK, BAD_CTX };
+enum { BAD_NONE, BAD_BLOCK, BAD_CTX, BAD_SINK, BAD_WINDOW };
+/* Context policies: what wholly masked table entries hold. */
+enum { POL_NONE, POL_GARBAGE, POL_STALE };
 
 struct dec_case {
 	const char	*name;
@@ -397,6 +403,7 @@ struct dec_case {
 	uint32_t	max_ctx;
 	int		ws;
 	int		bad;
+	int		policy;		/* POL_*: random sinks and windows */
 };
 
 static double dec_tol(uint32_t qtype)
@@ -451,6 +458,108 @@ static uint8_t *make_pool(const struct kv_layout *l, uint32_t nblk)
 	return pool;
 }
 
+/* Table-space token @t under (@sink, @ws): masked? */
+static int pol_masked(uint32_t sink, uint32_t ws, uint32_t t)
+{
+	return ws > sink && t >= sink && t < ws;
+}
+
+/*
+ * A sink length and window start for a context of @ctx tokens, with the
+ * edges likely: a window under a block, one that starts a token before
+ * or after a block edge, sinks and window in one block, a hole over many
+ * partitions, nothing attended, sinks only, wstart <= sink.
+ */
+static void pick_policy(uint32_t ctx, uint32_t bt, uint32_t *sink,
+			uint32_t *ws)
+{
+	uint32_t k = ctx / bt ? rnd() % (ctx / bt) : 0;
+
+	*sink = 0;
+	*ws = 0;
+	switch (rnd() % 9) {
+	case 0:
+		break;
+	case 1:
+		*ws = ctx - rnd() % (bt < ctx ? bt : ctx + 1);
+		break;
+	case 2:
+		*sink = rnd() % (bt + 5);
+		*ws = ctx - rnd() % (ctx + 1) / 4;
+		break;
+	case 3:
+		*sink = k * bt + 1;
+		*ws = k * bt + bt - 1;
+		break;
+	case 4:
+		*sink = 4;
+		*ws = (k + 1) * bt + rnd() % 3 - 1;	/* an edge, +-1 */
+		break;
+	case 5:
+		*ws = ctx;
+		break;
+	case 6:
+		*sink = rnd() % (2 * bt + 1);
+		*ws = ctx;
+		break;
+	case 7:
+		*sink = ctx / 2 + 1;
+		*ws = ctx / 3;
+		break;
+	default:
+		*sink = 1 + rnd() % 8;
+		*ws = ctx - ctx / 8;
+		break;
+	}
+	if (*sink > ctx)
+		*sink = ctx;
+	if (*ws > ctx)
+		*ws = ctx;
+}
+
+/* All-ones bytes over slot @slot's K and V rows (and token scales). */
+static void poison_slot(const struct kv_layout *l, uint8_t *blk,
+			uint32_t layer, uint32_t slot)
+{
+	for (int v = 0; v < 2; v++)
+		for (uint32_t h = 0; h < l->kv_heads; h++) {
+			memset(blk + kv_layout_vec_off(l, layer, v, h, slot),
+			       0xff, (size_t)l->head_dim * l->elem_bytes);
+			if (l->quant == KV_QUANT_TOKEN)
+				memset(blk + kv_layout_scale_off(l, layer, v) +
+				       ((uint64_t)h * l->block_tokens + slot) * 4,
+				       0xff, 4);
+		}
+}
+
+/*
+ * One sequence's table row and blocks under (@sink, @ws): an entry
+ * wholly masked gets 0xffffffff or the id @stale, the masked slots of
+ * the others all-ones bytes.
+ */
+static void apply_policy(const struct kv_layout *l, uint8_t *pool,
+			 uint32_t layer, uint32_t *tbl, uint32_t ctx,
+			 uint32_t sink, uint32_t ws, int policy,
+			 uint32_t stale)
+{
+	uint32_t bt = l->block_tokens;
+
+	for (uint32_t i = 0; i * bt < ctx; i++) {
+		uint32_t t1 = ctx - i * bt < bt ? ctx : (i + 1) * bt, n = 0;
+
+		for (uint32_t t = i * bt; t < t1; t++)
+			n += !pol_masked(sink, ws, t);
+		if (!n) {
+			tbl[i] = policy == POL_GARBAGE ? 0xffffffffu : stale;
+			continue;
+		}
+		for (uint32_t t = i * bt; t < t1; t++)
+			if (pol_masked(sink, ws, t))
+				poison_slot(l, pool + (uint64_t)tbl[i] *
+					    l->block_bytes, layer, t % bt);
+	}
+}
+
 static void check_decode(const struct dec_case *c)
 {
 	const uint32_t layer = 1;
@@ -458,13 +567,15 @@ static void check_decode(const struct dec_case *c)
 	struct kv_decode_args a = { 0 }, d;
 	uint32_t heads = c->kv_heads * c->group, nblk = 0, maxb = 0, next = 0;
 	uint32_t *ctx = xmalloc(c->nseqs * sizeof(uint32_t)), *ids, *tables;
+	uint32_t *sinks = NULL, *wins = NULL, masked = 0, none = 0;
 	uint32_t maxc = 0, part, fails = 0, nans = 0, qb = kv_dtype_bytes(c->qtype);
 	uint64_t nout = (uint64_t)c->nseqs * heads * c->hd;
 	double tol = dec_tol(c->qtype), worst = 0;
 	void *q, *dpool, *dq, *dout, *dtab, *dctx, *dws = NULL;
+	void *dsinks = NULL, *dwins = NULL;
 	uint8_t *pool, *out_ref, *out;
 	uint64_t pool_bytes;
-	char msg[240];
+	char msg[320], pol[80];
 	int ret, rret;
 
 	if (layout(&l, 2, c->kv_heads, c->hd, c->bt, c->dtype, c->quant)) {
@@ -493,6 +604,25 @@ static void check_decode(const struct dec_case *c)
 				0xffffffffu;	/* never read */
 	pool = make_pool(&l, nblk);
 	pool_bytes = nblk * l.block_bytes;
+	if (c->policy != POL_NONE) {
+		/* ids[nblk - 1]: no sequence's, the stale entries' NaN block */
+		memset(pool + (uint64_t)ids[nblk - 1] * l.block_bytes, 0xff,
+		       l.block_bytes);
+		sinks = xmalloc(c->nseqs * sizeof(uint32_t));
+		wins = xmalloc(c->nseqs * sizeof(uint32_t));
+		for (uint32_t s = 0; s < c->nseqs; s++) {
+			uint32_t kept = ctx[s];
+
+			pick_policy(ctx[s], c->bt, &sinks[s], &wins[s]);
+			apply_policy(&l, pool, layer, tables + (uint64_t)s * maxb,
+				     ctx[s], sinks[s], wins[s], c->policy,
+				     ids[nblk - 1]);
+			if (wins[s] > sinks[s])
+				kept -= wins[s] - sinks[s];
+			masked += kept < ctx[s];
+			none += ctx[s] && !kept;
+		}
+	}
 	q = rand_tensor(c->qtype, nout, 2.0f);
 	out_ref = xmalloc(nout * qb);
 	out = xmalloc(nout * qb);
@@ -507,6 +637,8 @@ static void check_decode(const struct dec_case *c)
 	a.context_lens = ctx;
 	a.scale = 1.0f / sqrtf((float)c->hd);
 	a.partition_tokens = c->part;
+	a.sink_lens = sinks;
+	a.window_starts = wins;
 	rret = kv_ref_paged_attention_decode(&l, pool, pool_bytes, layer, &a);
 
 	/* device-side errors: the reference refuses, the GPU writes NaN rows */
@@ -514,6 +646,10 @@ static void check_decode(const struct dec_case *c)
 		tables[0] = nblk + 5;
 	if (c->bad == BAD_CTX)
 		ctx[0] = maxb * c->bt + 1;
+	if (c->bad == BAD_SINK)
+		sinks[0] = ctx[0] + 1;
+	if (c->bad == BAD_WINDOW)
+		wins[0] = ctx[0] + 1;
 
 	dpool = to_dev(pool, pool_bytes);
 	dq = to_dev(q, nout * qb);
@@ -526,6 +662,10 @@ static void check_decode(const struct dec_case *c)
 	d.out = dout;
 	d.block_tables = dtab;
 	d.context_lens = dctx;
+	if (sinks) {
+		d.sink_lens = dsinks = to_dev(sinks, c->nseqs * sizeof(uint32_t));
+		d.window_starts = dwins = to_dev(wins, c->nseqs * sizeof(uint32_t));
+	}
 	kv_check_decode_args(&l, dpool, layer, &d, &part);
 	d.workspace_bytes = kv_decode_workspace_bytes(&l, c->nseqs, heads,
 			c->ws == WS_SHORT ? maxc / 3 + 1 :
@@ -559,15 +699,20 @@ static void check_decode(const struct dec_case *c)
 	}
 	if (c->bad != BAD_NONE && nans != heads * c->hd)
 		fails++;
+	snprintf(pol, sizeof(pol), ", %u masked (%u none kept), dropped "
+		 "entries %s", masked, none,
+		 c->policy == POL_GARBAGE ? "0xffffffff" : "stale");
 	snprintf(msg, sizeof(msg),
 		 "%s hd %u, G %u x %u kv heads, q %s, %u-token blocks, partition %u%s, "
-		 "%u seqs up to %u tokens: max err %.2g (tol %.2g)%s (ret %d/%d)",
+		 "%u seqs up to %u tokens%s: max err %.2g (tol %.2g)%s (ret %d/%d)",
 		 dtype_name(c->dtype, c->quant), c->hd, c->group, c->kv_heads,
 		 dtype_name(c->qtype, 0), c->bt, part,
 		 c->ws == WS_SHORT ? ", short workspace" : "", c->nseqs, maxc,
-		 worst, tol,
+		 c->policy != POL_NONE ? pol : "", worst, tol,
 		 c->bad == BAD_BLOCK ? ", bad block id: NaN row" :
-		 c->bad == BAD_CTX ? ", context past its table: NaN row" : "",
+		 c->bad == BAD_CTX ? ", context past its table: NaN row" :
+		 c->bad == BAD_SINK ? ", sink past its context: NaN row" :
+		 c->bad == BAD_WINDOW ? ", window past its context: NaN row" : "",
 		 ret, rret);
 	report(!ret && !rret && !fails, c->name, msg);
 
@@ -578,6 +723,12 @@ static void check_decode(const struct dec_case *c)
 	CK(cudaFree(dctx));
 	if (dws)
 		CK(cudaFree(dws));
+	if (dsinks) {
+		CK(cudaFree(dsinks));
+		CK(cudaFree(dwins));
+	}
+	free(sinks);
+	free(wins);
 	free(ctx);
 	free(ids);
 	free(tables);
@@ -687,6 +838,78 @@ static void run_reshape(void)
 		check_reshape(&c);
 	}
 	check_reshape_args();
+}
+
+/*
+ * Context policies: every kind, head_dim 64 and 128 (mma) and 96 (the
+ * generic path), GQA 1, 4, 8 and 12, 16-token and odd blocks, partitions
+ * of one block (many wholly masked) to the default, a short workspace,
+ * and sinks or windows past their contexts (NaN rows).
+ */
+static void run_decode_policies(void)
+{
+	static const uint32_t qtypes[] = { KV_DTYPE_FP16, KV_DTYPE_BF16, KV_DTYPE_FP32 };
+	static const uint32_t gqa[] = { 1, 4, 8, 12 }, parts[] = { 16, 64, 0 };
+	static const uint32_t some[] = { 0, 1, 16, 17, 31, 512, 513, 2000 };
+	unsigned i = 0;
+
+	for (unsigned k = 0; k < NKINDS; k++)
+		for (int pol = POL_GARBAGE; pol <= POL_STALE; pol++) {
+			struct dec_case c = {
+				.name = "paged_attention_decode (policy)",
+				.dtype = kinds[k].dtype,
+				.quant = kinds[k].quant,
+				.hd = i % 2 ? 128 : 64, .group = gqa[i % 4],
+				.kv_heads = gqa[i % 4] == 1 ? 4 : 2,
+				.bt = 16, .qtype = qtypes[i % 3],
+				.part = parts[i % 3], .nseqs = 12,
+				.max_ctx = 3000, .policy = pol,
+			};
+
+			check_decode(&c);
+			i++;
+		}
+	{
+		struct dec_case c[] = {
+			{ .name = "paged_attention_decode (policy)",
+			  .dtype = KV_DTYPE_BF16, .hd = 96, .group = 4,
+			  .kv_heads = 2, .bt = 16, .qtype = KV_DTYPE_BF16,
+			  .part = 32, .nseqs = 8, .max_ctx = 2500,
+			  .policy = POL_STALE },
+			{ .name = "paged_attention_decode (policy)",
+			  .dtype = KV_DTYPE_FP8_E4M3, .quant = KV_QUANT_CHANNEL,
+			  .hd = 128, .group = 8, .kv_heads = 1, .bt = 5,
+			  .qtype = KV_DTYPE_FP16, .part = 5, .nseqs = 8,
+			  .max_ctx = 1200, .policy = POL_GARBAGE },
+			{ .name = "paged_attention_decode (policy)",
+			  .dtype = KV_DTYPE_INT8, .quant = KV_QUANT_TOKEN,
+			  .hd = 64, .group = 4, .kv_heads = 2, .bt = 48,
+			  .qtype = KV_DTYPE_FP32, .nseqs = 8, .max_ctx = 4000,
+			  .policy = POL_STALE },
+			{ .name = "paged_attention_decode (policy)",
+			  .dtype = KV_DTYPE_FP16, .hd = 128, .group = 4,
+			  .kv_heads = 2, .bt = 16, .qtype = KV_DTYPE_FP16,
+			  .nseqs = 8, .ctx = some, .policy = POL_GARBAGE },
+			{ .name = "paged_attention_decode (policy)",
+			  .dtype = KV_DTYPE_FP8_E4M3, .quant = KV_QUANT_TOKEN,
+			  .hd = 128, .group = 4, .kv_heads = 2, .bt = 16,
+			  .qtype = KV_DTYPE_BF16, .part = 16, .nseqs = 6,
+			  .max_ctx = 8192, .ws = WS_SHORT, .policy = POL_STALE },
+			{ .name = "paged_attention_decode (policy, device errors)",
+			  .dtype = KV_DTYPE_FP16, .hd = 128, .group = 4,
+			  .kv_heads = 2, .bt = 16, .qtype = KV_DTYPE_FP16,
+			  .part = 64, .nseqs = 4, .max_ctx = 2000,
+			  .policy = POL_GARBAGE, .bad = BAD_SINK },
+			{ .name = "paged_attention_decode (policy, device errors)",
+			  .dtype = KV_DTYPE_INT8, .quant = KV_QUANT_CHANNEL,
+			  .hd = 64, .group = 8, .kv_heads = 1, .bt = 16,
+			  .qtype = KV_DTYPE_BF16, .nseqs = 4, .max_ctx = 300,
+			  .policy = POL_STALE, .bad = BAD_WINDOW },
+		};
+
+		for (unsigned k = 0; k < sizeof(c) / sizeof(c[0]); k++)
+			check_decode(&c[k]);
+	}
 }
 
 static void run_decode(void)
@@ -821,6 +1044,7 @@ static void run_decode(void)
 		for (unsigned k = 0; k < sizeof(c) / sizeof(c[0]); k++)
 			check_decode(&c[k]);
 	}
+	run_decode_policies();
 	check_decode_args();
 }
 

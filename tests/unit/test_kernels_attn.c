@@ -562,11 +562,454 @@ static void test_quantized_error_vs_fp32(void **state)
 	}
 }
 
+/*
+ * ---- context policies ----
+ *
+ * Sequence s attends to the table-space tokens t < ctx[s] with t < sink
+ * or t >= wstart (struct kv_decode_args). The oracle is the dense
+ * attention over exactly those tokens, with tolerance (1). Tables come
+ * three ways: compacted as the client library hands them over (the
+ * dropped slots of the edge blocks keep finite K and V, so attending
+ * them would show), and uncompacted with the wholly dropped entries set
+ * to 0xffffffff (reading one faults or is refused) or left stale, their
+ * blocks filled with all-ones bytes (NaN). In the last two the dropped
+ * slots of partly kept blocks are all-ones too: a row of a masked token
+ * that is loaded at all makes the output NaN.
+ */
+enum { P_COMPACT, P_GARBAGE, P_STALE };
+
+struct policy {
+	uint32_t	sink[T_MAX_SEQ], wstart[T_MAX_SEQ];
+	int		table;		/* P_COMPACT, P_GARBAGE or P_STALE */
+};
+
+static int t_masked(const struct policy *pol, uint32_t s, uint32_t t)
+{
+	return pol->wstart[s] > pol->sink[s] && t >= pol->sink[s] &&
+	       t < pol->wstart[s];
+}
+
+/* Table entry @i of sequence @s holds no attended token of its context. */
+static int entry_masked(const struct run *r, const struct policy *pol,
+			uint32_t s, uint32_t i)
+{
+	uint32_t bt = r->c->bt, t1 = (i + 1) * bt;
+
+	if (t1 > r->c->ctx[s])
+		t1 = r->c->ctx[s];
+	for (uint32_t t = i * bt; t < t1; t++)
+		if (!t_masked(pol, s, t))
+			return 0;
+	return 1;
+}
+
+/*
+ * Table space of @n tokens under "sinks @S @W" (S 0: "window W"), as the
+ * client library hands it over: compacted (@compact: the blocks wholly
+ * dropped left out, sink blocks then the window's) or not. Nothing
+ * dropped yet (n <= S + W) leaves wstart <= sink: all attended.
+ */
+static void policy_space(uint32_t n, uint32_t S, uint32_t W, uint32_t bt,
+			 int compact, uint32_t *ctx, uint32_t *sink,
+			 uint32_t *wstart)
+{
+	uint32_t w0 = n > W ? n - W : 0;	/* the window's first token */
+	uint32_t sb = (S + bt - 1) / bt, wb = w0 / bt;
+
+	*ctx = n;
+	*sink = S;
+	*wstart = w0;
+	if (compact && wb > sb) {
+		*ctx -= (wb - sb) * bt;
+		*wstart -= (wb - sb) * bt;
+	}
+}
+
+/* A length a * bt + b. */
+struct blen {
+	int32_t	a, b;
+};
+
+#define BL(x)	((uint32_t)((x).a * (int32_t)bt + (x).b))
+
+/* The edge cases: "sinks S W" over n tokens, then table-space triples. */
+static const struct {
+	struct blen	n, s, w;
+	int		raw;		/* (ctx, sink, wstart) as they are */
+} pseqs[] = {
+	{ { 7, 5 }, { 0, 4 }, { 2, 3 }, 0 },	/* S, W not multiples of bt */
+	{ { 5, 1 }, { 0, 0 }, { 1, -2 }, 0 },	/* window only, W < a block */
+	{ { 6, 0 }, { 1, 0 }, { 3, 1 }, 0 },	/* window starts 1 before an edge */
+	{ { 6, 0 }, { 1, 0 }, { 3, -1 }, 0 },	/* ... 1 after one */
+	{ { 6, 0 }, { 1, 0 }, { 3, 0 }, 0 },	/* ... on one */
+	{ { 1, 2 }, { 0, 1 }, { 0, 3 }, 0 },	/* sink and window in block 0 */
+	{ { 3, 0 }, { 1, 2 }, { 1, 1 }, 0 },	/* ... in block 1 */
+	{ { 40, 3 }, { 0, 2 }, { 1, 1 }, 0 },	/* a hole over many partitions */
+	{ { 0, 50 }, { 0, 4 }, { 0, 100 }, 0 },	/* nothing dropped yet */
+	{ { 3, 2 }, { 0, 0 }, { 0, 1 }, 0 },	/* the newest token only */
+	{ { 2, 4 }, { 0, 3 }, { 2, 0 }, 0 },	/* a hole of one token */
+	{ { 3, 2 }, { 0, 0 }, { 3, 2 }, 1 },	/* nothing attended */
+	{ { 5, 0 }, { 1, 1 }, { 5, 0 }, 1 },	/* sinks only, window empty */
+	{ { 0, 0 }, { 0, 0 }, { 0, 0 }, 1 },	/* context 0 */
+	{ { 2, 1 }, { 2, 1 }, { 1, 0 }, 1 },	/* sink = ctx, wstart < sink */
+	{ { 4, 0 }, { 1, 3 }, { 0, 2 }, 1 },	/* wstart < sink */
+};
+
+#define NR_PSEQS	(sizeof(pseqs) / sizeof(pseqs[0]))
+
+static void policy_seq(uint32_t i, uint32_t bt, int compact, uint32_t *ctx,
+		       uint32_t *sink, uint32_t *wstart)
+{
+	if (pseqs[i].raw) {
+		*ctx = BL(pseqs[i].n);
+		*sink = BL(pseqs[i].s);
+		*wstart = BL(pseqs[i].w);
+		return;
+	}
+	policy_space(BL(pseqs[i].n), BL(pseqs[i].s), BL(pseqs[i].w), bt,
+		     compact, ctx, sink, wstart);
+}
+
+/* All-ones bytes over slot @slot's K and V rows (and token scales). */
+static void poison_slot(const struct run *r, uint32_t id, uint32_t slot)
+{
+	const struct kv_layout *l = &r->l;
+	uint8_t *blk = r->pool + (uint64_t)id * l->block_bytes;
+	uint64_t vals = t_vals_bytes(l), rb = vals / ((uint64_t)l->kv_heads *
+						    l->block_tokens);
+
+	for (int v = 0; v < 2; v++)
+		for (uint32_t h = 0; h < l->kv_heads; h++) {
+			uint64_t at = (uint64_t)T_LAYER * l->layer_bytes +
+				      (v ? vals : 0) +
+				      ((uint64_t)h * l->block_tokens + slot) * rb;
+
+			memset(blk + at, 0xff, rb);
+			if (l->quant == KV_QUANT_TOKEN)
+				memset(blk + t_scale_off(l, T_LAYER, v) +
+				       ((uint64_t)h * l->block_tokens + slot) * 4,
+				       0xff, 4);
+		}
+}
+
+/* The table and pool of @pol->table, from a run cached in full. */
+static void apply_policy(struct run *r, const struct policy *pol)
+{
+	const struct acase *c = r->c;
+
+	if (pol->table == P_COMPACT)
+		return;
+	for (uint32_t s = 0; s < c->nseq; s++)
+		for (uint32_t i = 0; i * c->bt < c->ctx[s]; i++) {
+			uint32_t *id = &r->tables[s * r->mbps + i];
+
+			if (!entry_masked(r, pol, s, i)) {
+				for (uint32_t t = i * c->bt;
+				     t < (i + 1) * c->bt && t < c->ctx[s]; t++)
+					if (t_masked(pol, s, t))
+						poison_slot(r, *id, t % c->bt);
+				continue;
+			}
+			if (pol->table == P_GARBAGE)
+				*id = 0xffffffff;
+			else
+				memset(r->pool + (uint64_t)*id * r->l.block_bytes,
+				       0xff, r->l.block_bytes);
+		}
+}
+
+static int run_policy(struct run *r, const uint32_t *sink,
+		      const uint32_t *wstart)
+{
+	const struct acase *c = r->c;
+	struct kv_decode_args a = {
+		.q = r->q, .out = r->out, .q_dtype = c->q_dtype,
+		.num_seqs = c->nseq, .num_heads = r->num_heads,
+		.max_blocks_per_seq = r->mbps, .block_tables = r->tables,
+		.context_lens = c->ctx, .scale = 1.0f / sqrtf((float)c->hd),
+		.partition_tokens = c->pt, .sink_lens = sink,
+		.window_starts = wstart,
+	};
+
+	return kv_ref_paged_attention_decode(&r->l, r->pool, r->pool_bytes,
+					     T_LAYER, &a);
+}
+
+/* The attended cached rows of (seq, kv head), in order; how many. */
+static uint32_t read_kept(const struct run *r, const struct policy *pol,
+			  uint32_t s, uint32_t kvh, float *kh, float *vh)
+{
+	const struct acase *c = r->c;
+	uint32_t n = 0;
+
+	for (uint32_t t = 0; t < c->ctx[s]; t++) {
+		uint32_t id = r->tables[s * r->mbps + t / c->bt];
+
+		if (t_masked(pol, s, t))
+			continue;
+		t_read_row(&r->l, r->pool, id, T_LAYER, 0, kvh, t % c->bt,
+			   kh + (uint64_t)n * c->hd);
+		t_read_row(&r->l, r->pool, id, T_LAYER, 1, kvh, t % c->bt,
+			   vh + (uint64_t)n * c->hd);
+		n++;
+	}
+	return n;
+}
+
+struct pstats {
+	uint32_t	seqs, masked;	/* sequences; with a masked token */
+	uint32_t	nothing;	/* attending to no token */
+	uint32_t	compact;	/* masked, attending, compacted */
+	uint32_t	caught;		/* of those, attending all would fail */
+};
+
+/*
+ * Out of (seq @s, query head @h) against the oracle over its @n rows:
+ * tolerance (1), exact zeros when @n is 0. With @kall, the oracle over
+ * all @nall tokens: whether ignoring the mask would have failed.
+ */
+static int check_policy_head(const struct run *r, uint32_t s, uint32_t h,
+			     const float *kh, const float *vh, uint32_t n,
+			     const float *kall, const float *vall,
+			     uint32_t nall)
+{
+	const struct acase *c = r->c;
+	uint64_t base = ((uint64_t)s * r->num_heads + h) * c->hd;
+	double scale = 1.0 / sqrt(c->hd), ref[128], all[128];
+	double vmax = max_abs(vh, n, c->hd, c->hd);
+	int caught = 0;
+
+	t_attention(r->qf + base, kh, vh, n, c->hd, c->hd, scale, ref);
+	if (kall)
+		t_attention(r->qf + base, kall, vall, nall, c->hd, c->hd,
+			    scale, all);
+	for (uint32_t d = 0; d < c->hd; d++) {
+		double tol = RED_TOL * vmax + out_ulp(c->q_dtype) * fabs(ref[d]);
+		float o = t_load(r->out, c->q_dtype, base + d);
+
+		if (!n && (o != 0.0f || signbit(o)))
+			t_fail("seq %u head %u: attends to nothing, out %g\n",
+			       s, h, o);
+		if (!(fabs(o - ref[d]) <= tol))
+			t_fail("%s/%u q %s hd %u kvh %u group %u bt %u pt %u seq %u ctx %u head %u ch %u: out %.9g oracle %.9g (tol %g)\n",
+			       dtype_name(c->dtype), c->quant,
+			       dtype_name(c->q_dtype), c->hd, c->kv_heads,
+			       c->group, c->bt, c->pt, s, c->ctx[s], h, d, o,
+			       ref[d], tol);
+		if (kall && !(fabs(all[d] - ref[d]) <= tol))
+			caught = 1;
+	}
+	return caught;
+}
+
+static void check_policy_run(const struct run *r, const struct policy *pol,
+			     struct pstats *st)
+{
+	const struct acase *c = r->c;
+	uint64_t maxctx = 1;
+	float *kh, *vh, *kall, *vall;
+
+	for (uint32_t s = 0; s < c->nseq; s++)
+		if (c->ctx[s] > maxctx)
+			maxctx = c->ctx[s];
+	kh = malloc(maxctx * c->hd * sizeof(float));
+	vh = malloc(maxctx * c->hd * sizeof(float));
+	kall = malloc(maxctx * c->hd * sizeof(float));
+	vall = malloc(maxctx * c->hd * sizeof(float));
+	for (uint32_t s = 0; s < c->nseq; s++) {
+		int caught = 0, cmp = 0;
+		uint32_t n = 0;
+
+		for (uint32_t kvh = 0; kvh < c->kv_heads; kvh++) {
+			n = read_kept(r, pol, s, kvh, kh, vh);
+			/* only compacted tables are finite everywhere */
+			cmp = pol->table == P_COMPACT && n && n < c->ctx[s];
+			if (cmp)
+				read_cached(r, s, kvh, kall, vall);
+			for (uint32_t g = 0; g < c->group; g++)
+				caught |= check_policy_head(r, s,
+						kvh * c->group + g, kh, vh, n,
+						cmp ? kall : NULL, vall,
+						c->ctx[s]);
+		}
+		st->seqs++;
+		st->masked += n < c->ctx[s];
+		st->nothing += !n;
+		st->compact += cmp;
+		st->caught += cmp && caught;
+	}
+	free(kh);
+	free(vh);
+	free(kall);
+	free(vall);
+}
+
+static void test_policy_matches_dense_oracle(void **state)
+{
+	static const uint32_t groups[] = { 1, 4, 8 }, bts[] = { 5, 8, 16 };
+	static const char *tables[] = { "compacted", "0xffffffff", "stale" };
+	struct t_rng rng = { t_seed(0x706f6c) };
+	struct pstats st[3] = { { 0 } };
+	uint32_t n = 0, next = 0;
+
+	(void)state;
+	for (int mode = 0; mode < 3; mode++)
+	for (uint32_t k = 0; k < NR_KINDS; k++)
+	for (uint32_t g = 0; g < 3; g++) {
+		struct acase c = {
+			.hd = n % 2 ? 128 : 64, .group = groups[g],
+			.kv_heads = 1 + t_below(&rng, 2), .bt = bts[n % 3],
+			.dtype = kv_kinds[k].dtype, .quant = kv_kinds[k].quant,
+			.q_dtype = t_below(&rng, 3), .nseq = T_MAX_SEQ,
+		};
+		struct policy pol = { .table = mode };
+		uint32_t pts[] = { c.bt, 3 * c.bt, 0 };
+		struct run r;
+
+		c.src_dtype = c.quant ? t_below(&rng, 3) : c.dtype;
+		c.pt = pts[n / 3 % 3];
+		for (uint32_t s = 0; s < c.nseq; s++)
+			policy_seq(next++ % NR_PSEQS, c.bt, mode == P_COMPACT,
+				   &c.ctx[s], &pol.sink[s], &pol.wstart[s]);
+		build_run(&r, &c, &rng);
+		apply_policy(&r, &pol);
+		assert_int_equal(run_policy(&r, pol.sink, pol.wstart), 0);
+		check_policy_run(&r, &pol, &st[mode]);
+		free_run(&r);
+		n++;
+	}
+	for (int mode = 0; mode < 3; mode++)
+		printf("policies, %-10s tables: %u sequences, %u with masked "
+		       "tokens, %u attending to none\n", tables[mode],
+		       st[mode].seqs, st[mode].masked, st[mode].nothing);
+	printf("  attending the masked tokens too would fail %u of the %u "
+	       "compacted sequences it can be told on\n", st[0].caught,
+	       st[0].compact);
+	/* the oracle tells masked from attended: the test can fail */
+	assert_true(st[0].compact > 0);
+	assert_true(st[0].caught * 10 >= st[0].compact * 9);
+	for (int mode = 0; mode < 3; mode++)
+		assert_true(st[mode].nothing > 0);
+}
+
+/* A small fp16 run of two sequences (20 and 35 tokens, 8-token blocks). */
+static void build_small(struct run *r, struct acase *c)
+{
+	struct t_rng rng = { 0x736d616c };
+
+	*c = (struct acase){
+		.hd = 64, .kv_heads = 2, .group = 2, .bt = 8,
+		.dtype = KV_DTYPE_FP16, .q_dtype = KV_DTYPE_FP16,
+		.src_dtype = KV_DTYPE_FP16, .pt = 8, .nseq = 2,
+		.ctx = { 20, 35 },
+	};
+	build_run(r, c, &rng);
+}
+
+/* -EINVAL with out untouched, for a sink or window start past ctx. */
+static void test_policy_bad_values(void **state)
+{
+	uint64_t nout;
+	struct acase c;
+	struct run r;
+	uint32_t sink[2] = { 0, 0 }, wstart[2] = { 0, 0 }, keep;
+	uint8_t *fresh;
+
+	(void)state;
+	build_small(&r, &c);
+	nout = (uint64_t)c.nseq * r.num_heads * c.hd * 2;
+	fresh = malloc(nout);
+	memcpy(fresh, r.out, nout);
+
+	sink[0] = 21;
+	assert_int_equal(run_policy(&r, sink, wstart), -EINVAL);
+	assert_int_equal(run_policy(&r, sink, NULL), -EINVAL);
+	sink[0] = 0;
+	wstart[1] = 36;
+	assert_int_equal(run_policy(&r, sink, wstart), -EINVAL);
+	assert_int_equal(run_policy(&r, NULL, wstart), -EINVAL);
+	assert_memory_equal(r.out, fresh, nout);
+
+	/* sink = wstart = ctx: all of it sinks */
+	sink[0] = wstart[0] = 20;
+	sink[1] = wstart[1] = 35;
+	assert_int_equal(run_policy(&r, sink, wstart), 0);
+
+	/* a bad id in an entry with an attended token is refused ... */
+	keep = r.tables[1];
+	r.tables[1] = 0xffffffff;
+	memcpy(r.out, fresh, nout);
+	sink[0] = 3;
+	wstart[0] = 12;			/* entry 1 = [8, 16): 12..15 kept */
+	sink[1] = wstart[1] = 0;
+	assert_int_equal(run_policy(&r, sink, wstart), -EINVAL);
+	assert_memory_equal(r.out, fresh, nout);
+	/* ... in one wholly masked it is never read */
+	wstart[0] = 16;
+	assert_int_equal(run_policy(&r, sink, wstart), 0);
+	r.tables[1] = keep;
+
+	/* the last, partial entry [16, 20): masked to the context's end */
+	keep = r.tables[2];
+	r.tables[2] = 0xffffffff;
+	sink[0] = 5;
+	wstart[0] = 19;
+	memcpy(r.out, fresh, nout);
+	assert_int_equal(run_policy(&r, sink, wstart), -EINVAL);
+	assert_memory_equal(r.out, fresh, nout);
+	wstart[0] = 20;
+	assert_int_equal(run_policy(&r, sink, wstart), 0);
+	r.tables[2] = keep;
+
+	free(fresh);
+	free_run(&r);
+}
+
+/*
+ * What attends to everything is bit for bit the decode without a policy:
+ * zeros, wstart <= sink, NULL arrays; and NULL sinks equal zero sinks.
+ */
+static void test_policy_unmasked_is_exact(void **state)
+{
+	uint32_t zero[2] = { 0, 0 }, sink[2] = { 7, 35 }, wstart[2] = { 7, 3 };
+	uint32_t win[2] = { 11, 30 };
+	uint64_t nout;
+	struct acase c;
+	struct run r;
+	uint8_t *plain, *wonly;
+
+	(void)state;
+	build_small(&r, &c);
+	nout = (uint64_t)c.nseq * r.num_heads * c.hd * 2;
+	plain = malloc(nout);
+	wonly = malloc(nout);
+	assert_int_equal(run_policy(&r, NULL, NULL), 0);
+	memcpy(plain, r.out, nout);
+	assert_int_equal(run_policy(&r, zero, zero), 0);
+	assert_memory_equal(r.out, plain, nout);
+	assert_int_equal(run_policy(&r, sink, wstart), 0);
+	assert_memory_equal(r.out, plain, nout);
+	assert_int_equal(run_policy(&r, sink, NULL), 0);
+	assert_memory_equal(r.out, plain, nout);
+
+	assert_int_equal(run_policy(&r, NULL, win), 0);
+	memcpy(wonly, r.out, nout);
+	assert_memory_not_equal(wonly, plain, nout);
+	assert_int_equal(run_policy(&r, zero, win), 0);
+	assert_memory_equal(r.out, wonly, nout);
+	free(plain);
+	free(wonly);
+	free_run(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decode_matches_dense_oracle),
 		cmocka_unit_test(test_quantized_error_vs_fp32),
+		cmocka_unit_test(test_policy_matches_dense_oracle),
+		cmocka_unit_test(test_policy_bad_values),
+		cmocka_unit_test(test_policy_unmasked_is_exact),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
