@@ -46,7 +46,8 @@ UNIT_SRCS	:= $(filter-out tests/unit/test_lib_%,$(wildcard tests/unit/test_*.c))
 LIBUNIT_SRCS	:= $(wildcard tests/unit/test_lib_*.c)
 INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
 
-KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o) $(O)/obj/libkvclient/cudadrv.o
+KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o) $(O)/obj/libkvclient/cudadrv.o \
+		   $(O)/obj/libkvclient/ctx.o
 LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o)
 # The kernels' C references (kv_ref_*, kv_layout_init, ...): libkvkernels.
 KERNELS_OBJS	:= $(KERNEL_SRCS:%.c=$(O)/pic/%.o)
@@ -206,6 +207,10 @@ $(O)/tests/integration/%: $(O)/obj/tests/integration/%.o $(O)/obj/tests/integrat
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $(filter %.o,$^) $(LIB_LINK) -ldl
 
+# ctx_policy checks kv_seq's masks with the reference decode kernel.
+$(O)/tests/integration/ctx_policy: $(KERNELS_LIB)
+$(O)/tests/integration/ctx_policy: LIB_LINK += -lkvkernels -lm
+
 # soak_short runs the soak test (tests/soak/) for 7 s.
 SOAK_OBJS	:= $(O)/obj/tests/soak/soak.o $(O)/obj/tests/soak/client.o
 $(O)/tests/integration/soak_short: $(SOAK_OBJS)
@@ -327,7 +332,7 @@ FUZZ_UTIL	:= $(FUZZ_O)/obj/tests/fuzz/fuzz_util.o
 # The daemon's modules but main.c, and the CUDA driver table; kvd_log
 # and kvd_now_ns wrapped (tests/fuzz/fuzz_kvd.c).
 FUZZ_KVD_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(filter-out kvd/main.c,$(KVD_SRCS)) \
-		   libkvclient/cudadrv.c) $(FUZZ_O)/obj/tests/fuzz/fuzz_kvd.o
+		   libkvclient/cudadrv.c libkvclient/ctx.c) $(FUZZ_O)/obj/tests/fuzz/fuzz_kvd.o
 FUZZ_KVD_LD	:= -Wl,--wrap=kvd_log -Wl,--wrap=kvd_now_ns -luring -lxxhash -ldl -lm
 # The library's modules (not the kernels': no fuzz target calls them).
 FUZZ_LIB_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(LIB_SRCS))

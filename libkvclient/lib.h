@@ -40,6 +40,10 @@ struct kv_client {
 	uint64_t	boot_id;	/* WELCOME's: which kvd run this is */
 	int		backend;
 	unsigned	block_tokens;	/* from the geometry: for kv_seq */
+	bool		opaque;		/* KV_DTYPE_OPAQUE namespace */
+	uint32_t	max_context;	/* kv_ctx_info: tokens, 0 none */
+	uint32_t	ctx_refused;	/* 1 << kind the namespace refuses */
+	struct kv_ctx_policy ctx_default;	/* kv_seq_open's policy */
 	int		hash_algo;
 	uint64_t	spin_ns;	/* poll window before sleeping (queue.c) */
 	uint64_t	spin_cur_ns;	/* the window now: halves when spinning
@@ -77,6 +81,9 @@ bool __kv_kvd_gone(struct kv_client *c);
 void __kv_extents_pending(struct kv_client *c);
 int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto);
 int __kv_failed(struct kv_client *c, const char *fn, int ret);
+/* As __kv_failed, with @why (a static string, or NULL) after the errno. */
+int __kv_failed_why(struct kv_client *c, const char *fn, int ret,
+		    const char *why);
 
 /* cuda.c: the cuda backend's mappings and the device-write fence */
 int __kv_cuda_attach(struct kv_client *c, const struct kv_welcome *w);

@@ -177,6 +177,16 @@ static void quota_text(struct kv_client *c, const char *fn)
  * @fn (a kv_seq_* call or a synchronous request) returned @ret: where it
  * failed, noted for kv_last_error().
  */
+int __kv_failed_why(struct kv_client *c, const char *fn, int ret,
+		    const char *why)
+{
+	if (ret >= 0 || !c || !why)
+		return __kv_failed(c, fn, ret);
+	snprintf(c->last_error, sizeof(c->last_error), "%s: %s: %s", fn,
+		 strerror(-ret), why);
+	return ret;
+}
+
 int __kv_failed(struct kv_client *c, const char *fn, int ret)
 {
 	if (ret >= 0 || !c)

@@ -16,26 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lib.h"
-
-struct kv_seq {
-	struct kv_client *c;
-	size_t		len;		/* tokens */
-	size_t		hit_tokens;	/* KV already present at open */
-	uint32_t	nr_blocks;
-	uint32_t	cap;		/* of blocks[] and hashes[] */
-	kv_block_t	*blocks;	/* the block table */
-	struct kv_hash	*hashes;	/* of full blocks [0, nr_hashed) */
-	uint32_t	nr_hashed;
-	uint32_t	nr_committed;	/* blocks [0, nr_committed) published */
-	uint32_t	*tail;		/* tokens of the partial last block */
-	uint32_t	n_tail;
-	char		*lora_id;	/* deep copies of the extra keys */
-	struct kv_mm_item *mm;
-	size_t		nr_mm;
-	void		*salt;		/* hashed into block 0 only */
-	size_t		salt_len;
-};
+#include "seq.h"
 
 static void seq_free(struct kv_seq *s)
 {
@@ -182,32 +163,84 @@ static int hash_more(struct kv_seq *s, const uint32_t *tokens, size_t n)
 	return 0;
 }
 
+/* Table entry of original block @ob, which must be kept. */
+static uint32_t table_index(const struct kv_seq *s, uint64_t ob)
+{
+	return (uint32_t)(ob < s->head_blocks ? ob : ob - s->gap);
+}
+
+/* Hashes of the prompt's first @n tokens: those filled before any drop. */
+static int hash_prompt(struct kv_seq *s, const uint32_t *tokens, uint64_t n)
+{
+	uint64_t lim = (uint64_t)s->hash_limit * s->c->block_tokens;
+
+	return hash_more(s, tokens, n < lim ? n : lim);
+}
+
+/* Entries the arrays need for length @len: the table and the hashes. */
+static uint64_t seq_need(const struct kv_seq *s, uint64_t len)
+{
+	uint64_t gap = __kv_seq_gap(s, len);
+	uint64_t tbl = __kv_seq_fresh(s, 0, len, gap);
+	uint64_t hashed = len / s->c->block_tokens;
+
+	if (hashed > s->hash_limit)
+		hashed = s->hash_limit;
+	return tbl > hashed ? tbl : hashed;
+}
+
 /*
  * Lookup of the full blocks that cover at most len - 1 tokens (an engine
- * must compute the last prompt token for its logits, as vLLM does), and
- * blocks for all len tokens, in one round trip.
+ * must compute the last prompt token for its logits, as vLLM does) and
+ * lie before the first dropped token, and blocks for every kept token,
+ * in one round trip.
  */
 static int seq_alloc_prompt(struct kv_seq *s)
 {
 	unsigned bt = s->c->block_tokens;
-	uint32_t need = (uint32_t)((s->len + bt - 1) / bt);
-	uint32_t n_lookup = (uint32_t)((s->len - 1) / bt);
+	uint64_t gap = __kv_seq_gap(s, s->len);
+	uint32_t need = __kv_seq_fresh(s, 0, s->len, gap);
+	uint64_t n_lookup = (s->len - 1) / bt;
 	int h;
 
 	if (n_lookup > s->nr_hashed)
 		n_lookup = s->nr_hashed;
-	h = kv_alloc_prefix(s->c, s->hashes, n_lookup, need, s->blocks);
+	if (__kv_seq_dropping(s, s->len) && n_lookup > s->head_blocks)
+		n_lookup = s->head_blocks;
+	h = kv_alloc_prefix(s->c, s->hashes, (unsigned)n_lookup, need,
+			    s->blocks);
 	if (h < 0)
 		return h;
+	s->gap = gap;
 	s->nr_blocks = need;
 	s->nr_committed = (uint32_t)h;
-	s->hit_tokens = (size_t)h * bt;
+	s->hit_tokens = (uint64_t)h * bt;
+	return 0;
+}
+
+/* The policy, then the prompt's length against it. */
+static int seq_limits(struct kv_seq *s, const struct kv_ctx_policy *policy,
+		      uint64_t n_tokens, const char **why)
+{
+	int ret = __kv_seq_set_policy(s, policy, why);
+
+	if (ret)
+		return ret;
+	if (!s->drops && s->max_context && n_tokens > s->max_context) {
+		*why = "the prompt is longer than max_context";
+		return -E2BIG;
+	}
+	if (seq_need(s, n_tokens) >= KV_MAX_IDS) {
+		*why = "the prompt needs more than 65535 blocks";
+		return -E2BIG;
+	}
 	return 0;
 }
 
 static int seq_open(struct kv_client *c, const uint32_t *tokens,
 		    size_t n_tokens, const struct kv_extra_keys *extra,
-		    struct kv_seq **out)
+		    const struct kv_ctx_policy *policy, struct kv_seq **out,
+		    const char **why)
 {
 	struct kv_seq *s;
 	unsigned bt;
@@ -218,16 +251,16 @@ static int seq_open(struct kv_client *c, const uint32_t *tokens,
 	if (!c || !tokens || !n_tokens || !out)
 		return -EINVAL;
 	bt = c->block_tokens;
-	if (n_tokens / bt >= KV_MAX_IDS)
-		return -E2BIG;
 	s = seq_new(c);
 	if (!s)
 		return -ENOMEM;
-	ret = copy_extra(s, extra);
+	ret = seq_limits(s, policy, n_tokens, why);
 	if (!ret)
-		ret = seq_reserve(s, (uint32_t)((n_tokens + bt - 1) / bt));
+		ret = copy_extra(s, extra);
 	if (!ret)
-		ret = hash_more(s, tokens, n_tokens);
+		ret = seq_reserve(s, (uint32_t)seq_need(s, n_tokens) + 1);
+	if (!ret)
+		ret = hash_prompt(s, tokens, n_tokens);
 	if (ret)
 		goto err_free;
 	s->len = n_tokens;
@@ -247,9 +280,11 @@ err_free:
 
 static int seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 			   size_t n_hashes, const uint32_t *tail,
-			   size_t n_tail, struct kv_seq **out)
+			   size_t n_tail, struct kv_seq **out,
+			   const char **why)
 {
 	struct kv_seq *s;
+	uint64_t len, nh;
 	unsigned bt;
 	int ret;
 
@@ -266,12 +301,16 @@ static int seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 	s = seq_new(c);
 	if (!s)
 		return -ENOMEM;
-	ret = seq_reserve(s, (uint32_t)(n_hashes + 1));
+	len = (uint64_t)n_hashes * bt + n_tail;
+	ret = seq_limits(s, NULL, len, why);
+	if (!ret)
+		ret = seq_reserve(s, (uint32_t)seq_need(s, len) + 1);
 	if (ret)
 		goto err_free;
-	memcpy(s->hashes, hashes, n_hashes * sizeof(*hashes));
-	s->nr_hashed = (uint32_t)n_hashes;
-	s->len = n_hashes * bt + n_tail;
+	nh = n_hashes < s->hash_limit ? n_hashes : s->hash_limit;
+	memcpy(s->hashes, hashes, nh * sizeof(*hashes));
+	s->nr_hashed = (uint32_t)nh;
+	s->len = len;
 	s->n_tail = (uint32_t)n_tail;
 	memcpy(s->tail, tail, n_tail * sizeof(*tail));
 	ret = seq_alloc_prompt(s);
@@ -283,6 +322,25 @@ static int seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 err_free:
 	seq_free(s);
 	return ret;
+}
+
+/*
+ * The next run of original blocks to commit: kept, hashed, from
+ * nr_committed on. Blocks dropped before their commit are passed over
+ * (their KV was never published; nothing else holds them).
+ */
+static uint32_t commit_run(struct kv_seq *s, uint32_t *first)
+{
+	uint64_t lo = s->head_blocks, hi = lo + s->gap;	/* dropped */
+	uint64_t end = s->nr_hashed < s->hash_limit ? s->nr_hashed :
+		       s->hash_limit;
+
+	if (s->nr_committed >= lo && s->nr_committed < hi)
+		s->nr_committed = hi < UINT32_MAX ? (uint32_t)hi : UINT32_MAX;
+	if (s->nr_committed < lo && s->gap && end > lo)
+		end = lo;
+	*first = s->nr_committed;
+	return end > *first ? (uint32_t)(end - *first) : 0;
 }
 
 /*
@@ -298,7 +356,7 @@ static int seq_commit(struct kv_seq *s)
 
 	if (!s)
 		return -EINVAL;
-	n = s->nr_hashed - s->nr_committed;
+	n = commit_run(s, &first);
 	if (!n)
 		return 0;
 	if (n > chunk(s->c, sizeof(*e)))
@@ -306,31 +364,85 @@ static int seq_commit(struct kv_seq *s)
 	e = calloc(n, sizeof(*e));
 	if (!e)
 		return -ENOMEM;
-	first = s->nr_committed;
 	for (i = 0; i < n; i++) {
 		uint32_t b = first + i;
 
-		e[i].id = s->blocks[b];
+		e[i].id = s->blocks[table_index(s, b)];
 		e[i].hash = s->hashes[b];
 		e[i].parent = b ? s->hashes[b - 1] : root;
 	}
 	ret = kv_commit(s->c, e, n);
 	if (ret >= 0) {
 		for (i = 0; i < n; i++)
-			s->blocks[first + i] = e[i].id;
+			s->blocks[table_index(s, first + i)] = e[i].id;
 		s->nr_committed += n;
 		ret = 0;
 	}
 	free(e);
-	if (!ret && s->nr_committed < s->nr_hashed)
+	if (!ret && commit_run(s, &first))
 		return seq_commit(s);
 	return ret;
 }
 
-static int seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
+/* How many of @n tokens the policy lets in: n, or fewer (truncate stop). */
+static int seq_room(struct kv_seq *s, size_t n, size_t *take,
+		    const char **why)
+{
+	uint64_t room;
+
+	*take = n;
+	if (s->drops || !s->max_context)
+		return 0;
+	room = s->max_context > s->len ? s->max_context - s->len : 0;
+	if (n <= room)
+		return 0;
+	if (s->policy.kind == KV_CTX_NONE || !room) {
+		*why = "the sequence would pass max_context";
+		return -E2BIG;
+	}
+	*take = (size_t)room;
+	return 0;
+}
+
+/*
+ * Blocks for length @len: new kept ones at the end of the table, then
+ * the ones the window left behind released. Nothing changes when the
+ * allocation fails.
+ */
+static int seq_grow(struct kv_seq *s, uint64_t len)
+{
+	uint64_t gap = __kv_seq_gap(s, len), hb = s->head_blocks;
+	uint32_t fresh = __kv_seq_fresh(s, s->len, len, gap);
+	uint32_t nr = s->nr_blocks, drop = 0;
+	int ret;
+
+	if (gap > s->gap && nr > hb)
+		drop = (uint32_t)(nr - hb < gap - s->gap ? nr - hb :
+				  gap - s->gap);
+	ret = seq_reserve(s, (uint32_t)seq_need(s, len) + 1);
+	if (!ret && nr + fresh > s->cap)
+		ret = seq_reserve(s, nr + fresh);
+	if (ret)
+		return ret;
+	if (fresh) {
+		ret = kv_alloc(s->c, fresh, s->blocks + nr);
+		if (ret < 0)
+			return ret;
+	}
+	/* Out of the kept range: only this sequence's ref goes. */
+	ret = drop ? release_ids(s->c, s->blocks + hb, drop) : 0;
+	memmove(s->blocks + hb, s->blocks + hb + drop,
+		(nr + fresh - hb - drop) * sizeof(*s->blocks));
+	s->nr_blocks = nr + fresh - drop;
+	s->gap = gap;
+	return ret;
+}
+
+static int seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n,
+		      const char **why)
 {
 	unsigned bt;
-	uint32_t need;
+	size_t take;
 	int ret;
 
 	if (!s || (n && !tokens))
@@ -340,24 +452,20 @@ static int seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 		return -E2BIG;
 	/* Blocks filled before this call have their KV written by now. */
 	ret = seq_commit(s);
+	if (!ret)
+		ret = seq_room(s, n, &take, why);
+	if (!ret && take)
+		ret = seq_grow(s, s->len + take);
 	if (ret)
 		return ret;
-	need = (uint32_t)((s->len + n + bt - 1) / bt);
-	ret = seq_reserve(s, need + 1);
-	if (ret)
-		return ret;
-	if (need > s->nr_blocks) {
-		ret = kv_alloc(s->c, need - s->nr_blocks,
-			       s->blocks + s->nr_blocks);
-		if (ret < 0)
-			return ret;
-		s->nr_blocks = need;
-	}
 	/* Token by token, so that an error leaves the seq consistent. */
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < take; i++) {
+		uint64_t ob = s->len / bt;
+
 		s->tail[s->n_tail++] = tokens[i];
 		if (s->n_tail == bt) {
-			ret = hash_more(s, s->tail, bt);
+			if (ob == s->nr_hashed && ob < s->hash_limit)
+				ret = hash_more(s, s->tail, bt);
 			if (ret) {
 				s->n_tail--;	/* this token was not added */
 				return ret;
@@ -366,7 +474,7 @@ static int seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 		}
 		s->len++;
 	}
-	return 0;
+	return take < n ? (int)take : 0;
 }
 
 static int seq_fork(struct kv_seq *s, struct kv_seq **out)
@@ -403,6 +511,14 @@ static int seq_fork(struct kv_seq *s, struct kv_seq **out)
 	f->nr_hashed = s->nr_hashed;
 	f->nr_committed = s->nr_committed;
 	f->n_tail = s->n_tail;
+	f->policy = s->policy;
+	f->max_context = s->max_context;
+	f->drops = s->drops;
+	f->head = s->head;
+	f->window = s->window;
+	f->head_blocks = s->head_blocks;
+	f->gap = s->gap;
+	f->hash_limit = s->hash_limit;
 	if (!f->nr_blocks)
 		goto out;
 	ret = ref_ids(c, f->blocks, f->nr_blocks);
@@ -441,23 +557,44 @@ static int seq_close(struct kv_seq *s)
 int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,
 		const struct kv_extra_keys *extra, struct kv_seq **out)
 {
-	return __kv_failed(c, "kv_seq_open",
-			  seq_open(c, tokens, n_tokens, extra, out));
+	const char *why = NULL;
+
+	int ret = seq_open(c, tokens, n_tokens, extra, NULL, out, &why);
+
+	return __kv_failed_why(c, "kv_seq_open", ret, why);
+}
+
+int kv_seq_open_policy(struct kv_client *c, const uint32_t *tokens,
+		       size_t n_tokens, const struct kv_extra_keys *extra,
+		       const struct kv_ctx_policy *policy,
+		       struct kv_seq **out)
+{
+	const char *why = NULL;
+
+	int ret = seq_open(c, tokens, n_tokens, extra, policy, out, &why);
+
+	return __kv_failed_why(c, "kv_seq_open_policy", ret, why);
 }
 
 int kv_seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 		       size_t n_hashes, const uint32_t *tail, size_t n_tail,
 		       struct kv_seq **out)
 {
-	return __kv_failed(c, "kv_seq_open_hashes",
-			  seq_open_hashes(c, hashes, n_hashes, tail, n_tail,
-					  out));
+	const char *why = NULL;
+
+	int ret = seq_open_hashes(c, hashes, n_hashes, tail, n_tail, out,
+				  &why);
+
+	return __kv_failed_why(c, "kv_seq_open_hashes", ret, why);
 }
 
 int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n)
 {
-	return __kv_failed(s ? s->c : NULL, "kv_seq_append",
-			  seq_append(s, tokens, n));
+	const char *why = NULL;
+
+	int ret = seq_append(s, tokens, n, &why);
+
+	return __kv_failed_why(s ? s->c : NULL, "kv_seq_append", ret, why);
 }
 
 int kv_seq_commit(struct kv_seq *s)

@@ -147,6 +147,16 @@ static bool welcome_export_ok(const struct kv_welcome *w)
 	return false;
 }
 
+/* Ours, or the shorter one of a kvd before ABI 3.3 (no ctx_default:
+ * the caller zeroed it, which reads as policy none). */
+static bool welcome_size_ok(const struct kv_welcome *w, ssize_t n)
+{
+	if (n == (ssize_t)sizeof(*w))
+		return true;
+	return n == (ssize_t)KV_WELCOME_SIZE_3_2 &&
+	       w->abi_major == KV_ABI_MAJOR && w->abi_minor < 3;
+}
+
 /* Receive WELCOME and its three fds. Closes any fds on error. */
 static int recv_welcome(int fd, struct kv_welcome *w, int fds[3])
 {
@@ -172,7 +182,7 @@ static int recv_welcome(int fd, struct kv_welcome *w, int fds[3])
 	}
 	if (n == 0)
 		goto err_close;		/* kvd closed: refused or gone */
-	if (n != sizeof(*w) || w->magic != KV_MAGIC ||
+	if (!welcome_size_ok(w, n) || w->magic != KV_MAGIC ||
 	    w->type != KV_MSG_WELCOME || (msg.msg_flags & MSG_CTRUNC)) {
 		n = -EPROTO;
 		goto err_close;
@@ -326,6 +336,14 @@ static int64_t connect_deadline(const struct kv_connect_params *p)
 			   KV_DEFAULT_CONNECT_TIMEOUT_MS);
 }
 
+/* The lower of two limits where 0 is none. */
+static uint32_t lower_limit(uint32_t a, uint32_t b)
+{
+	if (!a || !b)
+		return a ? a : b;
+	return a < b ? a : b;
+}
+
 int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -394,6 +412,10 @@ int kv_connect(const struct kv_connect_params *p, struct kv_client **out)
 	c->ns_id = w.ns_id;
 	c->boot_id = w.boot_id;
 	c->block_tokens = p->geom.block_tokens;
+	c->opaque = p->geom.dtype == KV_DTYPE_OPAQUE;
+	c->max_context = lower_limit(p->max_context, w.max_context);
+	c->ctx_refused = w.ctx_refused;
+	c->ctx_default = w.ctx_default;
 	c->hash_algo = p->hash_algo;
 	c->spin_ns = p->spin_us < 0 ? 0 : (uint64_t)(p->spin_us ? p->spin_us :
 				KV_DEFAULT_SPIN_US) * 1000;

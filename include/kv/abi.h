@@ -17,8 +17,9 @@
 #include <stddef.h>
 
 #define KV_ABI_MAJOR		3	/* 3: device pools (exports, COW) */
-#define KV_ABI_MINOR		2	/* 1: client leases, admin disconnect;
-					 * 2: opaque namespaces, boot_id */
+#define KV_ABI_MINOR		3	/* 1: client leases, admin disconnect;
+					 * 2: opaque namespaces, boot_id;
+					 * 3: context policies in WELCOME */
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -164,6 +165,45 @@ enum {
 #define KV_IPC_HANDLE_BYTES	64	/* sizeof(cudaIpcMemHandle_t) */
 
 /*
+ * Context overflow policies of a kv_seq (kv_seq_open_policy(3)): what a
+ * sequence keeps when it outgrows its namespace's max_context, or when
+ * an operator bounds its memory. kv_seq applies them (libkvclient); the
+ * kernels mask what they leave out (struct kv_decode_args).
+ */
+enum kv_ctx_kind {
+	KV_CTX_NONE	= 0,	/* grow up to max_context (if any); an
+				 * append past it: -E2BIG, nothing changed */
+	KV_CTX_TRUNCATE	= 1,	/* at max_context: stop there (short
+				 * append), or with KV_CTX_DROP_OLDEST keep
+				 * the last max_context tokens */
+	KV_CTX_WINDOW	= 2,	/* keep the last window tokens (Mistral's
+				 * sliding window) */
+	KV_CTX_SINKS	= 3,	/* keep the first sinks tokens and the
+				 * last window (StreamingLLM's attention
+				 * sinks) */
+	KV_CTX__MAX,
+};
+
+#define KV_CTX_DROP_OLDEST	(1U << 0)	/* truncate: drop, not stop */
+#define KV_CTX_BOS		(1U << 1)	/* sinks: token 0 is a BOS
+						 * token, one of the sinks
+						 * (sinks >= 1) */
+#define KV_CTX_BOS_EXTRA	(1U << 2)	/* window, sinks: token 0 is a
+						 * BOS token kept beyond the
+						 * sinks (sinks + 1 kept) */
+#define KV_CTX_FLAGS		(KV_CTX_DROP_OLDEST | KV_CTX_BOS | \
+				 KV_CTX_BOS_EXTRA)
+
+/* A policy: struct kv_ctx_policy, in tokens. Zeroed: KV_CTX_NONE. */
+struct kv_ctx_policy {
+	__u32	kind;		/* enum kv_ctx_kind */
+	__u32	flags;		/* KV_CTX_* */
+	__u32	sinks;		/* KV_CTX_SINKS: tokens kept at the start */
+	__u32	window;		/* KV_CTX_WINDOW, _SINKS: tokens kept at the
+				 * end (>= 1); else 0 */
+};
+
+/*
  * WELCOME: kvd's answer. On success (status == 0) the ancillary data holds,
  * in this order, the ring memfd, the submit doorbell eventfd (client ->
  * kvd) and the completion eventfd (kvd -> client); the pool's extents of
@@ -200,8 +240,16 @@ struct kv_welcome {
 	__u64	boot_id;	/* drawn at random when kvd starts, the same
 				 * for all its clients: another kvd (a
 				 * restart) has another (ABI 3.2; 0 before) */
-	__u64	resv;
+	/* ABI 3.3: the namespace's context, from kvd.conf (0s before). */
+	__u32	max_context;	/* tokens a sequence may hold; 0: no limit */
+	__u32	ctx_refused;	/* 1 << kind of each policy the namespace's
+				 * model does not support */
+	struct kv_ctx_policy ctx_default;	/* for kv_seq_open */
 };
+
+/* The WELCOME kvd sends a client of ABI 3.0 to 3.2: the fields above
+ * ctx_default (its max_context and ctx_refused were 0 then). */
+#define KV_WELCOME_SIZE_3_2	offsetof(struct kv_welcome, ctx_default)
 
 /*
  * EXTENT: one extent of the pool for this client's tenant, its fd by
@@ -601,6 +649,8 @@ KV_STATIC_ASSERT(sizeof(struct kv_stats) % 8 == 0, "kv_stats");
 KV_STATIC_ASSERT(sizeof(struct kv_welcome) % 8 == 0, "kv_welcome");
 KV_STATIC_ASSERT(offsetof(struct kv_welcome, ipc_handle) % 8 == 0, "kv_welcome.ipc_handle");
 KV_STATIC_ASSERT(sizeof(struct kv_extent_msg) == 40, "kv_extent_msg");
+KV_STATIC_ASSERT(sizeof(struct kv_ctx_policy) == 16, "kv_ctx_policy");
+KV_STATIC_ASSERT(KV_WELCOME_SIZE_3_2 % 8 == 0, "kv_welcome 3.2");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");
 KV_STATIC_ASSERT(sizeof(struct kv_commit) == 40, "kv_commit");

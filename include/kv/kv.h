@@ -67,6 +67,10 @@ struct kv_connect_params {
 					 * by themselves); past it kvd ends
 					 * the client and releases its
 					 * blocks (calls then -ECONNRESET) */
+	uint32_t	max_context;	/* tokens one kv_seq may hold (the
+					 * model's context length); 0: none.
+					 * kvd.conf's max_context of the
+					 * namespace, if lower, wins */
 };
 
 /* Default connect timeout, in milliseconds. */
@@ -386,6 +390,8 @@ int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,
 int kv_seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 		       size_t n_hashes, const uint32_t *tail,
 		       size_t n_tail, struct kv_seq **out);
+/* Returns 0 when all n tokens were appended; under truncate (stop) at
+ * max_context, the count it took when fewer (-E2BIG when none). */
 int kv_seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n);
 int kv_seq_commit(struct kv_seq *s);
 int kv_seq_fork(struct kv_seq *s, struct kv_seq **out);
@@ -393,6 +399,133 @@ int kv_seq_close(struct kv_seq *s);
 const kv_block_t *kv_seq_block_table(const struct kv_seq *s, uint32_t *nr);
 size_t kv_seq_len(const struct kv_seq *s);
 size_t kv_seq_hit_tokens(const struct kv_seq *s);
+
+/*
+ * Context overflow policies (struct kv_ctx_policy, enum kv_ctx_kind in
+ * kv/abi.h; kv_seq_open_policy(3)). A kv_seq's tokens are those it was
+ * given, at original positions 0..len-1; its policy decides which it
+ * keeps:
+ *   none          all; an append past max_context fails with -E2BIG
+ *   truncate      all up to max_context, then the append is cut short
+ *                 (it returns how many tokens it took); with
+ *                 KV_CTX_DROP_OLDEST the last max_context tokens
+ *   window W      the last W tokens (the newest token included: a query
+ *                 attends to itself and the W - 1 before it)
+ *   sinks S W     tokens 0..S-1 and the last W
+ * Blocks that hold no kept token are released as they fall out; a block
+ * partly kept stays, its dropped slots masked. The block table lists the
+ * kept blocks in order (sink blocks first, then the window's), with no
+ * hole: the kernels' "table space" is t = table index * block_tokens +
+ * slot, and a decode attends to table-space tokens t < context_len with
+ * t < sink_len or t >= window_start (struct kv_decode_args).
+ */
+
+/*
+ * kv_ctx_policy_parse - @s as kvd.conf and kvbench write a policy:
+ * "none", "truncate" (= "truncate stop"), "truncate drop", "window W",
+ * "sinks S W", the last two optionally followed by "bos" (KV_CTX_BOS) or
+ * "bos-extra" (KV_CTX_BOS_EXTRA); words separated by spaces, numbers in
+ * decimal tokens. Fills *@p and returns 0, or -EINVAL (not that
+ * grammar, a number past 2^32 - 1), leaving *@p as it was. Checks the
+ * grammar only; kv_ctx_policy_check the values. Thread-safe.
+ */
+int kv_ctx_policy_parse(const char *s, struct kv_ctx_policy *p);
+
+/*
+ * kv_ctx_policy_check - is *@p valid for a namespace whose sequences may
+ * hold @max_context tokens (0: no limit)? 0, or -EINVAL: an unknown kind
+ * or flag, a flag the kind does not take, window 0 for window or sinks, a
+ * window or sinks value given to a kind without one, truncate without a
+ * max_context, sinks + window (+ 1 with KV_CTX_BOS_EXTRA) above
+ * max_context, KV_CTX_BOS with sinks 0, both BOS flags. When @why is not
+ * NULL, *@why gets a static string that says which. Thread-safe.
+ */
+int kv_ctx_policy_check(const struct kv_ctx_policy *p, uint32_t max_context,
+			const char **why);
+
+/*
+ * kv_ctx_policy_format - *@p as kv_ctx_policy_parse reads it, into @buf
+ * of @len bytes (NUL-terminated, truncated to fit). Returns the length
+ * it needed without the NUL, as snprintf(3), or -EINVAL for NULL
+ * pointers or an unknown kind. Thread-safe.
+ */
+int kv_ctx_policy_format(const struct kv_ctx_policy *p, char *buf,
+			 size_t len);
+
+/*
+ * kv_ctx_info - the context settings of @c's namespace: its max_context
+ * (the lower non-zero of kv_connect_params.max_context and kvd.conf's;
+ * 0: no limit), the policies its model does not support (1 << kind) and
+ * the policy kv_seq_open applies (kvd.conf's context_policy, or none).
+ * Any pointer may be NULL. 0, or -EINVAL for a NULL @c.
+ */
+int kv_ctx_info(const struct kv_client *c, uint32_t *max_context,
+		uint32_t *refused, struct kv_ctx_policy *def);
+
+/*
+ * kv_seq_open_policy - kv_seq_open with policy *@policy (NULL: the
+ * namespace's default, as kv_seq_open). -EINVAL, and nothing taken, when
+ * kv_ctx_policy_check refuses it, when the namespace refuses its kind, or
+ * for window and sinks on a KV_DTYPE_OPAQUE namespace (kvd cannot mask a
+ * foreign layout); -E2BIG for a prompt longer than max_context under
+ * none or truncate (stop). A prompt longer than the policy keeps gets
+ * blocks only for the tokens it keeps, and a prefix lookup only for the
+ * blocks before its first dropped token. kv_last_error says why.
+ */
+int kv_seq_open_policy(struct kv_client *c, const uint32_t *tokens,
+		       size_t n_tokens, const struct kv_extra_keys *extra,
+		       const struct kv_ctx_policy *policy,
+		       struct kv_seq **out);
+
+/*
+ * What a decode over a kv_seq needs (kv_seq_range(3)); tokens.
+ * context_len, sink_len and window_start are in table space, and are
+ * what kv_decode_args' context_lens, sink_lens and window_starts take.
+ * Nothing dropped yet: sink_len = window_start = 0.
+ */
+struct kv_seq_range {
+	struct kv_ctx_policy policy;	/* the sequence's own */
+	uint32_t	nr_blocks;	/* kept blocks = the block table */
+	uint32_t	context_len;	/* table-space end */
+	uint32_t	sink_len;	/* table-space tokens [0, sink_len) */
+	uint32_t	window_start;	/* ... and [window_start, context_len) */
+	uint64_t	len;		/* tokens appended in all (kv_seq_len) */
+	uint64_t	kept;		/* of them attended: the query's cache
+					 * position is kept - 1, its original
+					 * position len - 1 */
+	uint64_t	dropped;	/* len - kept */
+	uint64_t	commit_end;	/* tokens [0, commit_end) may be
+					 * committed: len until the first
+					 * drop, then the tokens the policy
+					 * keeps (their KV was computed before
+					 * anything was dropped); the blocks
+					 * past it are never committed */
+};
+
+/* kv_seq_range - fill *@r for @s. 0, or -EINVAL for NULL. */
+int kv_seq_range(const struct kv_seq *s, struct kv_seq_range *r);
+
+/* Position conventions of kv_seq_positions. */
+enum kv_pos_conv {
+	KV_POS_ORIGINAL	= 0,	/* a token's index in the whole sequence,
+				 * dropped tokens counted (Mistral's sliding
+				 * window; vLLM's positions) */
+	KV_POS_CACHE	= 1,	/* its index among the kept tokens, sinks
+				 * first (StreamingLLM's positions "within
+				 * the cache") */
+};
+
+/*
+ * kv_seq_positions - the position, in convention @conv, of the token in
+ * each slot of the block table: pos[i] for table-space slot i (table
+ * entry i / block_tokens, slot i % block_tokens), -1 for a slot that
+ * holds no kept token (dropped, or past the end). Writes min(@n,
+ * nr_blocks * block_tokens) entries; returns nr_blocks * block_tokens
+ * (so a first call with @n 0 sizes the array), or -EINVAL for NULL, a
+ * NULL @pos with @n > 0, an unknown @conv, or more than INT_MAX slots.
+ */
+int kv_seq_positions(const struct kv_seq *s, int conv, int64_t *pos,
+		     size_t n);
 
 /*
  * kv_last_error - why the last kv_seq_* call or synchronous request

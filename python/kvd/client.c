@@ -25,7 +25,8 @@ static int client_init(client_object *self, PyObject *args, PyObject *kw)
 		"model_id", "socket_path", "model_rev", "layers", "kv_heads",
 		"head_dim", "block_tokens", "dtype", "quant", "tp_rank",
 		"tp_size", "sq_entries", "data_bytes", "hash_algo", "spin_us",
-		"connect_timeout_ms", "call_timeout_ms", "lease_ms", NULL,
+		"connect_timeout_ms", "call_timeout_ms", "lease_ms",
+		"max_context", NULL,
 	};
 	struct kv_connect_params p = { 0 };
 	const char *dtype = "fp16", *quant = "none", *algo = "xxh3";
@@ -39,7 +40,7 @@ static int client_init(client_object *self, PyObject *args, PyObject *kw)
 	}
 	p.geom.block_tokens = 16;
 	if (!PyArg_ParseTupleAndKeywords(args, kw,
-			"s|$zzO&O&O&O&ssO&O&O&O&siiii",
+			"s|$zzO&O&O&O&ssO&O&O&O&siiiiO&",
 			kwlist, &p.model_id, &p.socket_path, &p.model_rev,
 			conv_u32, &p.geom.layers, conv_u32, &p.geom.kv_heads,
 			conv_u32, &p.geom.head_dim, conv_u32, &p.geom.block_tokens,
@@ -47,7 +48,7 @@ static int client_init(client_object *self, PyObject *args, PyObject *kw)
 			conv_u32, &p.geom.tp_size, conv_u32, &p.sq_entries,
 			conv_u32, &p.data_bytes, &algo,
 			&p.spin_us, &p.connect_timeout_ms, &p.call_timeout_ms,
-			&p.lease_ms))
+			&p.lease_ms, conv_u32, &p.max_context))
 		return -1;
 	d = name_index(dtype_names, dtype, "dtype");
 	q = d < 0 ? -1 : name_index(quant_names, quant, "quant");
@@ -192,6 +193,41 @@ static PyObject *client_pool_info(client_object *self, PyObject *unused)
 			     "boot_id", (unsigned long long)kv_boot_id(self->c));
 }
 
+static PyObject *client_ctx_info(client_object *self, PyObject *unused)
+{
+	struct kv_ctx_policy def;
+	uint32_t max, refused;
+	PyObject *l;
+	char buf[96];
+
+	if (client_enter(self))
+		return NULL;
+	kv_ctx_info(self->c, &max, &refused, &def);
+	client_leave(self);
+	if (kv_ctx_policy_format(&def, buf, sizeof(buf)) < 0)
+		snprintf(buf, sizeof(buf), "kind %u", def.kind);
+	l = PyList_New(0);
+	for (int k = 0; l && k < KV_CTX__MAX; k++) {
+		static const char *const names[KV_CTX__MAX] = {
+			"none", "truncate", "window", "sinks" };
+		PyObject *n;
+
+		if (refused & (1U << k))
+			continue;
+		n = PyUnicode_FromString(names[k]);
+		if (!n || PyList_Append(l, n)) {
+			Py_XDECREF(n);
+			Py_CLEAR(l);
+			break;
+		}
+		Py_DECREF(n);
+	}
+	if (!l)
+		return NULL;
+	return Py_BuildValue("{s:I,s:s,s:N}", "max_context", max,
+			     "default", buf, "supported", l);
+}
+
 static PyObject *client_get_u64(client_object *self, void *field)
 {
 	uintptr_t f = (uintptr_t)field;
@@ -318,12 +354,13 @@ out:
 DOC(client, "Client(model_id, *, socket_path=None, model_rev=None, layers, kv_heads,\n"
 "       head_dim, block_tokens=16, dtype='fp16', quant='none', tp_rank=0,\n"
 "       tp_size=0, sq_entries=0, data_bytes=0, hash_algo='xxh3', spin_us=0,\n"
-"       connect_timeout_ms=0, call_timeout_ms=0, lease_ms=0)\n\n"
+"       connect_timeout_ms=0, call_timeout_ms=0, lease_ms=0, max_context=0)\n\n"
 "A connection to kvd for one model (kv_connect(3)): HELLO with the model's\n"
 "geometry, the ring and the pool mapped. Zero means libkvclient's default\n"
 "(socket: $KVD_SOCKET, else kvd's default path). dtype is one of fp16,\n"
 "bf16, fp32, fp8_e4m3, int8, or opaque (blocks kvd does not interpret:\n"
 "layers runs of head_dim bytes each, kv_heads 1; see kvd.opaque_geometry).\n"
+"max_context: tokens one Seq may hold (the model's context length), 0 none.\n"
 "Raises kvd.Error with kvd's reason when it refuses.");
 DOC(close, "close(): disconnect; kvd releases every block still held (open Seqs\n"
 "are closed first). Idempotent. kvd.Error EBUSY while pool views live.");
@@ -370,9 +407,14 @@ DOC(commit, "commit([(id, hash, parent), ...], release=False, wait=True)\n"
 DOC(stats, "stats() -> dict of struct kv_stats (kv_stats(3)).");
 DOC(nop, "nop(): one round trip doing nothing (kv_nop(3)).");
 DOC(heartbeat, "heartbeat(): keep a lease alive without a request (kv_heartbeat(3)).");
-DOC(seq_open, "seq_open(tokens, lora_id=None, cache_salt=None) -> Seq: prompt lookup\n"
-"and allocation in one round trip (kv_seq_open(3)). lora_id: the adapter's\n"
-"name (str); cache_salt: str or bytes.");
+DOC(ctx_info, "ctx_info() -> dict: the namespace's context settings (kv_ctx_info(3)):\n"
+"max_context (0: none), default (the policy seq_open applies, as text) and\n"
+"supported (the policy kinds its model takes).");
+DOC(seq_open, "seq_open(tokens, lora_id=None, cache_salt=None, policy=None) -> Seq:\n"
+"prompt lookup and allocation in one round trip (kv_seq_open(3)). lora_id:\n"
+"the adapter's name (str); cache_salt: str or bytes; policy: the context\n"
+"policy as text ('window 4096', 'sinks 4 4092 bos', 'truncate drop', ...;\n"
+"kv_seq_open_policy(3)), None for the namespace's default.");
 DOC(seq_open_hashes, "seq_open_hashes(hashes, tail=()) -> Seq: from precomputed full-block\n"
 "hashes and the partial last block's tokens (kv_seq_open_hashes(3)).");
 
@@ -381,6 +423,7 @@ static PyMethodDef client_methods[] = {
 	{ "__enter__", (PyCFunction)client_enter_ctx, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)client_exit_ctx, METH_VARARGS, NULL },
 	{ "pool_info", (PyCFunction)client_pool_info, METH_NOARGS, pool_info_doc },
+	{ "ctx_info", (PyCFunction)client_ctx_info, METH_NOARGS, ctx_info_doc },
 	{ "pool_memory", (PyCFunction)client_pool_memory, METH_NOARGS, pool_memory_doc },
 	{ "block_memory", (PyCFunction)client_block_memory, METH_O, block_memory_doc },
 	{ "block_addrs", (PyCFunction)client_block_addrs, METH_O, block_addrs_doc },

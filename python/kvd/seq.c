@@ -76,21 +76,30 @@ static void seq_bury(client_object *self, struct kv_seq *s)
 	self->zombies[self->nr_zombies++] = s;
 }
 
-static const char *const seq_open_kw[] = { "tokens", "lora_id", "cache_salt", NULL };
+static const char *const seq_open_kw[] = { "tokens", "lora_id", "cache_salt",
+					   "policy", NULL };
 
 PyObject *client_seq_open(client_object *self, PyObject *args, PyObject *kw)
 {
 	struct kv_extra_keys ex = { 0 };
+	struct kv_ctx_policy pol, *pp = NULL;
 	PyObject *tokens, *r = NULL;
-	const char *salt = NULL;
+	const char *salt = NULL, *policy = NULL;
 	Py_ssize_t nr, salt_len = 0;
 	struct kv_seq *s;
 	uint32_t *tok;
 	int ret;
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zz#", (char **)seq_open_kw,
-					 &tokens, &ex.lora_id, &salt, &salt_len))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|zz#z", (char **)seq_open_kw,
+					 &tokens, &ex.lora_id, &salt, &salt_len,
+					 &policy))
 		return NULL;
+	if (policy) {
+		if (kv_ctx_policy_parse(policy, &pol))
+			return raise_kv(-EINVAL, "kv_ctx_policy_parse",
+					"not a policy: none, truncate [stop|drop], window W, sinks S W [bos|bos-extra]");
+		pp = &pol;
+	}
 	ex.cache_salt = salt;
 	ex.cache_salt_len = (size_t)salt_len;
 	tok = u32_array(tokens, "kv_seq_open: tokens", &nr);
@@ -99,7 +108,7 @@ PyObject *client_seq_open(client_object *self, PyObject *args, PyObject *kw)
 	if (client_enter(self))
 		goto out;
 	Py_BEGIN_ALLOW_THREADS
-	ret = kv_seq_open(self->c, tok, (size_t)nr, &ex, &s);
+	ret = kv_seq_open_policy(self->c, tok, (size_t)nr, &ex, pp, &s);
 	Py_END_ALLOW_THREADS
 	if (ret)
 		raise_seq(self, ret, "kv_seq_open");
@@ -176,8 +185,8 @@ static PyObject *seq_append(seq_object *so, PyObject *arg)
 	Py_END_ALLOW_THREADS
 	if (ret < 0)
 		raise_seq(so->client, ret, "kv_seq_append");
-	else
-		r = Py_NewRef(Py_None);
+	else	/* the tokens taken: fewer under truncate at max_context */
+		r = PyLong_FromSsize_t(ret ? ret : nr);
 	client_leave(so->client);
 out:
 	PyMem_Free(tok);
@@ -229,6 +238,60 @@ static PyObject *seq_close(seq_object *so, PyObject *unused)
 	seq_drop(so);
 	client_leave(so->client);
 	Py_RETURN_NONE;
+}
+
+static PyObject *seq_range(seq_object *so, PyObject *unused)
+{
+	struct kv_seq_range r;
+	char buf[96];
+
+	if (seq_enter(so))
+		return NULL;
+	kv_seq_range(so->s, &r);
+	client_leave(so->client);
+	kv_ctx_policy_format(&r.policy, buf, sizeof(buf));
+	return Py_BuildValue("{s:s,s:I,s:I,s:I,s:I,s:K,s:K,s:K,s:K}",
+			     "policy", buf, "nr_blocks", r.nr_blocks,
+			     "context_len", r.context_len,
+			     "sink_len", r.sink_len,
+			     "window_start", r.window_start,
+			     "len", (unsigned long long)r.len,
+			     "kept", (unsigned long long)r.kept,
+			     "dropped", (unsigned long long)r.dropped,
+			     "commit_end", (unsigned long long)r.commit_end);
+}
+
+static PyObject *seq_positions(seq_object *so, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "cache", NULL };
+	int cache = 0, n;
+	int64_t *pos = NULL;
+	PyObject *l = NULL;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p", kwlist, &cache))
+		return NULL;
+	if (seq_enter(so))
+		return NULL;
+	n = kv_seq_positions(so->s, 0, NULL, 0);
+	pos = n > 0 ? PyMem_Malloc((size_t)n * sizeof(*pos)) : NULL;
+	if (n > 0 && pos)
+		kv_seq_positions(so->s, cache ? KV_POS_CACHE : KV_POS_ORIGINAL,
+				 pos, (size_t)n);
+	client_leave(so->client);
+	if (n > 0 && !pos)
+		return PyErr_NoMemory();
+	l = PyList_New(n > 0 ? n : 0);
+	for (int i = 0; l && i < n; i++) {
+		PyObject *v = PyLong_FromLongLong(pos[i]);
+
+		if (!v) {
+			Py_CLEAR(l);
+			break;
+		}
+		PyList_SET_ITEM(l, i, v);
+	}
+	PyMem_Free(pos);
+	return l;
 }
 
 static PyObject *seq_get_block_table(seq_object *so, void *unused)
@@ -299,8 +362,19 @@ DOC(seq, "A request's sequence (kv_seq_open(3)): block_table, hit_tokens, len(),
 
 static PyMethodDef seq_methods[] = {
 	{ "append", (PyCFunction)seq_append, METH_O,
-	  "append(tokens): more tokens; a new block when one fills, the full\n"
-	  "blocks written before this call committed (kv_seq_append(3))" },
+	  "append(tokens) -> int: more tokens; a new block when one fills, the\n"
+	  "full blocks written before this call committed, blocks out of the\n"
+	  "policy's kept range released (kv_seq_append(3)); returns how many\n"
+	  "it took (fewer under truncate at max_context)" },
+	{ "range", (PyCFunction)seq_range, METH_NOARGS,
+	  "range() -> dict: the kept range, in table space for the kernels'\n"
+	  "masks (context_len, sink_len, window_start), and len, kept, dropped,\n"
+	  "commit_end, policy (kv_seq_range(3))" },
+	{ "positions", (PyCFunction)(void (*)(void))seq_positions,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "positions(*, cache=False) -> [int]: the position of each slot of the\n"
+	  "block table, -1 where no kept token is; original positions, or with\n"
+	  "cache=True positions among the kept tokens (kv_seq_positions(3))" },
 	{ "commit", (PyCFunction)seq_commit, METH_NOARGS,
 	  "commit(): commit every full block now (kv_seq_commit(3))" },
 	{ "fork", (PyCFunction)seq_fork, METH_NOARGS,

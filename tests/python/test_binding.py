@@ -231,6 +231,43 @@ def test_seq(k):
     assert t.closed
 
 
+def test_seq_policies(k):
+    with client(k, max_context=64) as a:
+        info = a.ctx_info()
+        assert info == dict(max_context=64, default="none",
+                            supported=["none", "truncate", "window", "sinks"])
+        s = a.seq_open(list(range(20)), policy="sinks 4 20 bos")
+        assert s.append(list(range(20, 60))) == 40
+        r = s.range()
+        assert r["policy"] == "sinks 4 20 bos" and r["len"] == 60
+        assert r["kept"] == 24 and r["dropped"] == 36
+        assert r["sink_len"] == 4 and r["commit_end"] == 24
+        pos = s.positions()
+        assert len(pos) == len(s.block_table) * 16
+        kept = [p for p in pos if p >= 0]
+        assert kept == list(range(4)) + list(range(40, 60))
+        cache = [p for p in s.positions(cache=True) if p >= 0]
+        assert cache == list(range(24))
+        s.close()
+        t = a.seq_open(list(range(40)), policy="truncate")
+        assert t.append(list(range(40))) == 24   # cut short at 64
+        with pytest.raises(kvd.Error) as e:
+            t.append([1])
+        assert e.value.errno == errno.E2BIG
+        t.close()
+        for bad in ("window 0", "sinks 4 61", "sinks 0 8 bos"):
+            with pytest.raises(kvd.Error) as e:
+                a.seq_open([1, 2, 3], policy=bad)
+            assert e.value.errno == errno.EINVAL
+        with pytest.raises(kvd.Error) as e:
+            a.seq_open([1, 2, 3], policy="sideways 3")
+        assert e.value.errno == errno.EINVAL
+        with pytest.raises(kvd.Error) as e:
+            a.seq_open(list(range(65)))          # none: past max_context
+        assert e.value.errno == errno.E2BIG
+        assert a.stats()["client_blocks"] == 0
+
+
 def test_opaque_namespace(k):
     g = kvd.opaque_geometry(3, 65536, 16)
     with kvd.Client("vllm-model", socket_path=k.socket, model_rev="L1",

@@ -70,6 +70,13 @@ static void test_abi_hello_welcome_offsets(void **state)
 	assert_int_equal(offsetof(struct kv_welcome, pool_bytes), 32);
 	assert_int_equal(offsetof(struct kv_welcome, ring) % 8, 0);
 	assert_int_equal(offsetof(struct kv_welcome, ring), 72);
+	/* ABI 3.3 took 3.2's resv and appended the default policy */
+	assert_int_equal(offsetof(struct kv_welcome, boot_id), 368);
+	assert_int_equal(offsetof(struct kv_welcome, max_context), 376);
+	assert_int_equal(offsetof(struct kv_welcome, ctx_refused), 380);
+	assert_int_equal(KV_WELCOME_SIZE_3_2, 384);
+	assert_int_equal(sizeof(struct kv_welcome), 400);
+	assert_int_equal(offsetof(struct kv_ctx_policy, window), 12);
 }
 
 static void test_abi_constants(void **state)
