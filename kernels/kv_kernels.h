@@ -305,7 +305,10 @@ static inline KV_HD uint32_t kv_decode_max_context(const struct kv_layout *l,
  * m_p) and tmp_out o_p = sum exp(l_t - m_p) v_t / s_p (normalized by its
  * own sum, as vLLM's v2 kernel). The reduction: M = max m_p, w_p = s_p *
  * exp(m_p - M), out = (sum w_p o_p) / (sum w_p). Partitions past a
- * sequence's context are not written and not read.
+ * sequence's context are not written and not read. A partition whose
+ * tokens a context policy all masks (kv_decode_args.sink_lens,
+ * window_starts) is empty: m_p -inf, s_p 0, o_p 0, so w_p is 0; when all
+ * are, out is 0.
  */
 struct kv_decode_ws {
 	uint32_t	partitions;	/* P */
