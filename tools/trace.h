@@ -137,20 +137,35 @@ void kvb_trace_prompt(const struct kvb_trace *tr, size_t i, uint64_t salt,
 void kvb_trace_fill(const struct kvb_trace *tr, size_t i, uint64_t salt,
 		    uint32_t from, uint32_t to, uint32_t *out);
 
-/* What an infinite cache would hit over the whole replay (offline). */
+/*
+ * What an infinite cache would hit over the whole replay (offline): at
+ * the granularity of kvd's blocks, and (TOKENS traces) at that of a
+ * radix tree, which splits at the exact token where two requests differ
+ * (as SGLang's RadixAttention does). Their difference is what block
+ * granularity costs.
+ */
 struct kvb_bound {
 	uint64_t	refs;		/* prompt full-block references */
 	uint64_t	hits;		/* ... whose block appeared earlier */
 	uint64_t	unique;		/* distinct prompt full blocks */
 	uint64_t	prompt_tokens;
 	uint64_t	footprint;	/* distinct full blocks committed in all */
+	bool		have_tokens;	/* the token bound below is known */
+	uint64_t	token_hits;	/* prompt tokens the radix tree hits */
+	uint64_t	radix_tokens;	/* tokens it holds: the distinct ones */
+	uint64_t	radix_nodes;
 };
 
 /*
  * kvb_trace_bound - replay @tr's requests in order at @block_tokens and
  * count prompt full blocks that appeared earlier: in an earlier prompt,
  * or (TOKENS traces) among the full blocks of an earlier prompt plus
- * output, which a replay commits too. 0 or -ENOMEM.
+ * output, which a replay commits too. TOKENS traces also get the token
+ * bound: per request, its prompt's longest common prefix in tokens with
+ * an earlier request's prompt plus output, at most in_len - 1 (the last
+ * prompt token is computed for its logits, as kv_seq's lookup leaves
+ * it); IDS traces have no tokens, and leave have_tokens false. 0,
+ * -ENOMEM, or -E2BIG for a tree past 2^32 - 1 nodes.
  */
 int kvb_trace_bound(const struct kvb_trace *tr, unsigned block_tokens,
 		    struct kvb_bound *b);

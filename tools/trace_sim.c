@@ -155,25 +155,209 @@ static int request_keys(const struct kvb_trace *tr, size_t i,
 	return n;
 }
 
+/* ---- the token-granular bound: a radix tree of the requests ---- */
+
+/*
+ * A path-compressed trie of the token sequences seen so far. Each node
+ * but the root is the end of an edge whose label is the run arena[off,
+ * off + len); a node's children are found by (node, first token of the
+ * edge) in one kmap. A request's walk matches as far as the tree goes
+ * (its longest common prefix with every earlier request at once), then
+ * adds only the rest: one leaf, and one split node where it left an
+ * edge midway. So the tree holds each distinct token once, at most two
+ * nodes per request, and never a node per token.
+ */
+struct radix_node {
+	uint64_t	off;		/* label: arena[off, off + len) */
+	uint32_t	len;
+};
+
+struct radix {
+	struct radix_node *node;
+	size_t		nr_nodes, nodes_cap;
+	uint32_t	*arena;
+	size_t		nr_tokens, arena_cap;
+	struct kmap	child;		/* node << 32 | token -> child */
+};
+
+static int radix_init(struct radix *r, size_t expect)
+{
+	memset(r, 0, sizeof(*r));
+	if (kvb_grow((void **)&r->node, &r->nodes_cap, 2 * expect + 1,
+		     sizeof(*r->node)) ||
+	    kmap_init(&r->child, 2 * expect + 1))
+		return -ENOMEM;
+	r->node[0] = (struct radix_node){ 0 };	/* the root */
+	r->nr_nodes = 1;
+	return 0;
+}
+
+static void radix_free(struct radix *r)
+{
+	free(r->node);
+	free(r->arena);
+	kmap_free(&r->child);
+}
+
+static uint64_t radix_key(size_t node, uint32_t token)
+{
+	return (uint64_t)node << 32 | token;
+}
+
+/* A new node labelled @t[0, @n) (copied into the arena), or -ENOMEM. */
+static int64_t radix_leaf(struct radix *r, const uint32_t *t, size_t n)
+{
+	if (kvb_grow((void **)&r->node, &r->nodes_cap, r->nr_nodes + 1,
+		     sizeof(*r->node)) ||
+	    kvb_grow((void **)&r->arena, &r->arena_cap, r->nr_tokens + n,
+		     sizeof(*r->arena)))
+		return -ENOMEM;
+	memcpy(r->arena + r->nr_tokens, t, n * sizeof(*t));
+	r->node[r->nr_nodes] = (struct radix_node){ r->nr_tokens,
+						    (uint32_t)n };
+	r->nr_tokens += n;
+	return (int64_t)r->nr_nodes++;
+}
+
+/* How many of @t[0, @n) the label of node @c matches. */
+static size_t radix_match(const struct radix *r, size_t c,
+			  const uint32_t *t, size_t n)
+{
+	const uint32_t *l = r->arena + r->node[c].off;
+	size_t k = 0, len = r->node[c].len;
+
+	while (k < len && k < n && l[k] == t[k])
+		k++;
+	return k;
+}
+
+/* Child @c (in *@slot) matched @k < its length: split it there. */
+static int64_t radix_split(struct radix *r, uint32_t *slot, size_t c,
+			   size_t k)
+{
+	struct radix_node *n;
+	uint32_t *v;
+	bool added;
+
+	if (kvb_grow((void **)&r->node, &r->nodes_cap, r->nr_nodes + 1,
+		     sizeof(*r->node)))
+		return -ENOMEM;
+	/* *slot first: it is a kmap slot, which the next kmap_get moves */
+	*slot = (uint32_t)r->nr_nodes;
+	n = &r->node[r->nr_nodes];
+	*n = (struct radix_node){ r->node[c].off, (uint32_t)k };
+	r->node[c].off += k;
+	r->node[c].len -= (uint32_t)k;
+	v = kmap_get(&r->child, radix_key(r->nr_nodes,
+					  r->arena[r->node[c].off]), &added);
+	if (!v)
+		return -ENOMEM;
+	*v = (uint32_t)c;
+	return (int64_t)r->nr_nodes++;
+}
+
+/* A new leaf labelled @t[0, @n), the child that kmap slot *@slot names. */
+static int radix_hang(struct radix *r, uint32_t *slot, const uint32_t *t,
+		      size_t n)
+{
+	int64_t leaf = radix_leaf(r, t, n);
+
+	if (leaf < 0)
+		return (int)leaf;
+	*slot = (uint32_t)leaf;
+	return 0;
+}
+
+/*
+ * radix_insert - add @t[0, @n) to the tree; *@lcp gets its longest
+ * common prefix with what the tree held. 0, -ENOMEM, or -E2BIG past
+ * 2^32 - 1 nodes.
+ */
+static int radix_insert(struct radix *r, const uint32_t *t, size_t n,
+			size_t *lcp)
+{
+	size_t cur = 0, i = 0, c, k;
+	uint32_t *slot, *v;
+	int64_t m;
+	bool added;
+
+	if (r->nr_nodes + 2 > UINT32_MAX)
+		return -E2BIG;
+	for (;;) {
+		*lcp = i;
+		if (i == n)
+			return 0;
+		slot = kmap_get(&r->child, radix_key(cur, t[i]), &added);
+		if (!slot)
+			return -ENOMEM;
+		if (added)
+			return radix_hang(r, slot, t + i, n - i);
+		c = *slot;
+		k = radix_match(r, c, t + i, n - i);
+		if (k == r->node[c].len) {
+			cur = c;
+			i += k;
+			continue;
+		}
+		*lcp = i + k;
+		if (i + k == n)
+			return 0;	/* ends inside an edge: nothing new */
+		m = radix_split(r, slot, c, k);
+		if (m < 0)
+			return (int)m;
+		v = kmap_get(&r->child, radix_key((size_t)m, t[i + k]),
+			     &added);
+		if (!v)
+			return -ENOMEM;
+		return radix_hang(r, v, t + i + k, n - i - k);
+	}
+}
+
+/* Request @i's tokens @tok (prompt + output) into the tree; its hits. */
+static int token_bound_add(struct radix *r, const struct kvb_trace *tr,
+			   size_t i, const uint32_t *tok, struct kvb_bound *b)
+{
+	const struct kvb_treq *q = &tr->reqs[i];
+	size_t lcp;
+	int ret;
+
+	ret = radix_insert(r, tok, (size_t)q->in_len + q->out_len, &lcp);
+	if (ret)
+		return ret;
+	if (lcp > q->in_len)
+		lcp = q->in_len;
+	/* the last prompt token is always computed, for its logits */
+	if (q->in_len && lcp > q->in_len - 1U)
+		lcp = q->in_len - 1U;
+	b->token_hits += lcp;
+	return 0;
+}
+
 int kvb_trace_bound(const struct kvb_trace *tr, unsigned block_tokens,
 		    struct kvb_bound *b)
 {
 	struct keybuf k = { 0 };
 	struct kmap m = { 0 };
+	struct radix rx = { 0 };
 	int ret = -ENOMEM;
 
 	memset(b, 0, sizeof(*b));
+	b->have_tokens = tr->kind == KVB_TRACE_TOKENS;
 	if (keybuf_init(&k, tr, block_tokens) ||
-	    kmap_init(&m, tr->sum_in / block_tokens / 2 + 1024))
+	    kmap_init(&m, tr->sum_in / block_tokens / 2 + 1024) ||
+	    (b->have_tokens && radix_init(&rx, tr->nr)))
 		goto out;
 	for (size_t i = 0; i < tr->nr; i++) {
 		const struct kvb_treq *r = &tr->reqs[i];
 		size_t np;
 		int n = request_keys(tr, i, block_tokens, &k, &np);
 		bool added;
+		int err = 0;
 
-		if (n < 0) {
-			ret = n;
+		if (n >= 0 && b->have_tokens)
+			err = token_bound_add(&rx, tr, i, k.tok, b);
+		if (n < 0 || err) {
+			ret = n < 0 ? n : err;
 			goto out;
 		}
 		b->prompt_tokens += r->in_len;
@@ -192,10 +376,13 @@ int kvb_trace_bound(const struct kvb_trace *tr, unsigned block_tokens,
 	}
 	b->unique = b->refs - b->hits;
 	b->footprint += kmap_size(&m);
+	b->radix_tokens = rx.nr_tokens;
+	b->radix_nodes = rx.nr_nodes;
 	ret = 0;
 out:
 	keybuf_free(&k);
 	kmap_free(&m);
+	radix_free(&rx);
 	return ret;
 }
 

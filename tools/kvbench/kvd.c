@@ -311,6 +311,7 @@ int kvb_connect(const struct kvb_opts *o, unsigned model,
 		.geom = o->mdl[model].geom,
 		.sq_entries = o->sq_entries,
 		.data_bytes = o->data_bytes,
+		.max_context = o->max_context,
 	};
 	char err[256] = "";
 	int ret;

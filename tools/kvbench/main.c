@@ -14,6 +14,8 @@
  *   --hash-bench     kv_hash_blocks vs XXH3 and SHA-256
  *   --redis          32-key MGET vs kvd's 32-block LOOKUP
  *   --bench-summary DIR   one table from DIR/bench-*.json
+ *   --policy POLICY  long generation past max_context under context
+ *                    policies, their peak memory compared
  */
 #include <stdlib.h>
 
@@ -57,6 +59,11 @@ static const struct kvb_mode_def kvb_modes[KVB_NR_MODES] = {
 		.name	= "--bench-summary (it reads JSON, it writes none)",
 		.opts	= 0,
 		.run	= kvb_mode_summary,
+	},
+	[KVB_MODE_LONGGEN] = {
+		.name	= "--policy",
+		.opts	= OG_ON_KVD | KVB_OG_LONGGEN,
+		.run	= kvb_mode_longgen,
 	},
 };
 

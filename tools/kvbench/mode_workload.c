@@ -28,6 +28,8 @@
 #include "kvd.h"
 #include "lat.h"
 #include "modes.h"
+#include "report_num.h"
+#include "report_replay.h"
 
 #define WL_POOL_BLOCKS		16384U
 #define WL_LIVE			32U
@@ -412,7 +414,24 @@ static void wl_emit_row(struct kv_emit *e, const char *name, double rps,
 	kv_emit_row_end(e);
 }
 
+/*
+ * What an infinite cache could hit on the stream (offline): kvd's block
+ * granularity, and a radix tree's token granularity beside it.
+ */
+static void wl_emit_bound(struct kv_emit *e, const struct kvb_bound *b,
+			  unsigned bt, const struct wl_median *m)
+{
+	kv_emit_obj_begin(e, "bound", "infinite cache (offline)");
+	kvb_emit_frac(e, "hit_token_frac", "kvd hit tokens (median)",
+		      m->hit_token_frac);
+	kvb_emit_frac(e, "bound_tokens", "bound (tokens)",
+		      ratio(b->hits * bt, b->prompt_tokens));
+	kvb_emit_token_bound(e, b, bt);
+	kv_emit_obj_end(e);
+}
+
 static void wl_report(const struct kvb_opts *o, const struct kvb_trace *tr,
+		      const struct kvb_bound *b, unsigned bt,
 		      struct wl_run *runs, const struct wl_median *m)
 {
 	struct kv_emit e;
@@ -464,6 +483,7 @@ static void wl_report(const struct kvb_opts *o, const struct kvb_trace *tr,
 		kv_emit_obj_end(&e);
 	}
 	kv_emit_obj_end(&e);
+	wl_emit_bound(&e, b, bt, m);
 	kv_emit_end(&e);
 	printf("block ops = hashes looked up + blocks allocated + blocks released\n");
 }
@@ -472,6 +492,7 @@ int kvb_mode_workload(struct kvb_opts *o)
 {
 	struct kvb_trace tr = { 0 };
 	struct wl_run *runs = NULL;
+	struct kvb_bound b;
 	struct wl_median m;
 	char admin[108] = "";
 	unsigned bt, r;
@@ -486,6 +507,14 @@ int kvb_mode_workload(struct kvb_opts *o)
 		kvb_trace_free(&tr);
 		return 2;
 	}
+	/* offline, before kvd is timed */
+	ret = kvb_trace_bound(&tr, bt, &b);
+	if (ret) {
+		fprintf(stderr, "kvbench: the bound: %s\n", strerror(-ret));
+		ret = 1;
+		goto out;
+	}
+	ret = 1;
 	if (o->socket && bench_admin_beside(o->socket, admin, sizeof(admin)))
 		goto out;
 	if (o->admin_socket)
@@ -501,7 +530,7 @@ int kvb_mode_workload(struct kvb_opts *o)
 			runs[0].pool_blocks, WL_POOL_BLOCKS);
 	wl_median(runs, o->runs, &m);
 	if (!o->quiet)
-		wl_report(o, &tr, runs, &m);
+		wl_report(o, &tr, &b, bt, runs, &m);
 	ret = 0;
 	if (!o->json_path)
 		goto out;

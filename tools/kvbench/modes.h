@@ -16,5 +16,6 @@ int kvb_mode_floor(struct kvb_opts *o);
 int kvb_mode_hash(struct kvb_opts *o);
 int kvb_mode_redis(struct kvb_opts *o);
 int kvb_mode_summary(struct kvb_opts *o);
+int kvb_mode_longgen(struct kvb_opts *o);
 
 #endif /* KVB_MODES_H */

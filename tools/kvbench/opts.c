@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
  * kvbench's one option parser: one table of every option (getopt_long
- * reads it), each option in a group; the mode-selecting options pick an
- * entry of the mode table, and an option outside that mode's groups is
- * refused by name. Then the checks between options, and what follows
- * from them (the geometry of each model, the ring sizes, the admin
- * socket).
+ * reads it), each option in one group or more; the mode-selecting
+ * options pick an entry of the mode table, and an option in none of
+ * that mode's groups is refused by name. Then the checks between
+ * options, and what follows from them (the geometry of each model, the
+ * ring sizes, the admin socket, the policies of --policy).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -49,11 +49,18 @@ enum {
 	OPT_KVD,
 	OPT_RUNS,
 	OPT_ITERATIONS,
+	OPT_POLICY,
+	OPT_MAX_CONTEXT,
+	OPT_GEN_TOKENS,
+	OPT_PROMPT_TOKENS,
+	OPT_SEQS,
+	OPT_QUICK,
 	OPT_MODE,	/* OPT_MODE + enum kvb_mode: selects that mode */
 };
 
 #define OG_ANY		0U	/* every mode takes it */
 #define OG_MODE		0U	/* selects the mode: checked apart */
+#define OG_ENGINES	(KVB_OG_FLEET | KVB_OG_LONGGEN)	/* engine processes */
 
 /* Every option of every mode; group: the modes that take it. */
 static const struct kvb_optdef {
@@ -63,20 +70,20 @@ static const struct kvb_optdef {
 	unsigned	group;
 } optdefs[] = {
 	{ "socket",	  required_argument, 's', KVB_OG_KVD },
-	{ "procs",	  required_argument, 'p', KVB_OG_FLEET },
+	{ "procs",	  required_argument, 'p', OG_ENGINES },
 	{ "requests",	  required_argument, 'n', KVB_OG_LOAD },
 	{ "min-tokens",	  required_argument, OPT_MIN_TOKENS, KVB_OG_LOAD },
 	{ "max-tokens",	  required_argument, OPT_MAX_TOKENS, KVB_OG_LOAD },
 	{ "batch",	  required_argument, 'b', KVB_OG_LOAD },
 	{ "live",	  required_argument, 'l', KVB_OG_FLEET },
 	{ "seed",	  required_argument, OPT_SEED, KVB_OG_FLEET },
-	{ "layers",	  required_argument, OPT_LAYERS, KVB_OG_FLEET },
-	{ "kv-heads",	  required_argument, OPT_KV_HEADS, KVB_OG_FLEET },
-	{ "head-dim",	  required_argument, OPT_HEAD_DIM, KVB_OG_FLEET },
-	{ "block-tokens", required_argument, OPT_BLOCK_TOKENS, KVB_OG_FLEET },
-	{ "dtype",	  required_argument, OPT_DTYPE, KVB_OG_FLEET },
-	{ "quant",	  required_argument, OPT_QUANT, KVB_OG_FLEET },
-	{ "model",	  required_argument, OPT_MODEL, KVB_OG_FLEET },
+	{ "layers",	  required_argument, OPT_LAYERS, OG_ENGINES },
+	{ "kv-heads",	  required_argument, OPT_KV_HEADS, OG_ENGINES },
+	{ "head-dim",	  required_argument, OPT_HEAD_DIM, OG_ENGINES },
+	{ "block-tokens", required_argument, OPT_BLOCK_TOKENS, OG_ENGINES },
+	{ "dtype",	  required_argument, OPT_DTYPE, OG_ENGINES },
+	{ "quant",	  required_argument, OPT_QUANT, OG_ENGINES },
+	{ "model",	  required_argument, OPT_MODEL, OG_ENGINES },
 	{ "json",	  required_argument, OPT_JSON, KVB_OG_JSON },
 	{ "trace",	  required_argument, OPT_TRACE, OG_MODE },
 	{ "synthetic",	  no_argument,	     OPT_SYNTHETIC, OG_MODE },
@@ -89,14 +96,22 @@ static const struct kvb_optdef {
 	{ "salt",	  required_argument, OPT_SALT, KVB_OG_REPLAY },
 	{ "models",	  required_argument, OPT_MODELS, KVB_OG_REPLAY },
 	{ "phase-requests", required_argument, OPT_PHASE_REQUESTS, KVB_OG_REPLAY },
-	{ "sample-ms",	  required_argument, OPT_SAMPLE_MS, KVB_OG_REPLAY },
+	{ "sample-ms",	  required_argument, OPT_SAMPLE_MS,
+	  KVB_OG_REPLAY | KVB_OG_LONGGEN },
 	{ "admin-socket", required_argument, OPT_ADMIN_SOCKET, KVB_OG_ADMIN },
-	{ "private-kvd",  optional_argument, OPT_PRIVATE_KVD, KVB_OG_FLEET },
+	{ "private-kvd",  optional_argument, OPT_PRIVATE_KVD, OG_ENGINES },
 	{ "no-verify",	  no_argument,	     OPT_NO_VERIFY, KVB_OG_FLEET },
 	{ "perf-stat",	  no_argument,	     OPT_PERF_STAT, KVB_OG_FLEET },
 	{ "kvd",	  required_argument, OPT_KVD, KVB_OG_KVD },
 	{ "runs",	  required_argument, OPT_RUNS, KVB_OG_RUNS },
 	{ "iterations",	  required_argument, OPT_ITERATIONS, KVB_OG_ITERS },
+	{ "policy",	  required_argument, OPT_POLICY, OG_MODE },
+	{ "max-context",  required_argument, OPT_MAX_CONTEXT, KVB_OG_LONGGEN },
+	{ "gen-tokens",	  required_argument, OPT_GEN_TOKENS, KVB_OG_LONGGEN },
+	{ "prompt-tokens", required_argument, OPT_PROMPT_TOKENS, KVB_OG_LONGGEN },
+	{ "seqs",	  required_argument, OPT_SEQS, KVB_OG_LONGGEN },
+	{ "quick",	  no_argument,	     OPT_QUICK, KVB_OG_LONGGEN },
+	{ "verbose",	  no_argument,	     'v', KVB_OG_LONGGEN },
 	{ "workload",	  required_argument, OPT_MODE + KVB_MODE_WORKLOAD, OG_MODE },
 	{ "floor",	  no_argument,	     OPT_MODE + KVB_MODE_FLOOR, OG_MODE },
 	{ "hash-bench",	  no_argument,	     OPT_MODE + KVB_MODE_HASH, OG_MODE },
@@ -119,6 +134,7 @@ static const char *const og_home[KVB_NR_OG] = {
 	"a replay (--trace or --synthetic)",
 	"--workload",
 	"--floor or --redis",
+	"--policy",
 };
 
 static int parse_num(const char *name, const char *s, int base, uint64_t min,
@@ -249,6 +265,7 @@ static void opts_default(struct kvb_opts *o)
 	o->models = 1;
 	o->runs = KVB_DEFAULT_RUNS;
 	o->iters = KVB_DEFAULT_ITERS;
+	o->seqs = KVB_LG_SEQS;
 }
 
 static const struct kvb_optdef *optdef(int val)
@@ -274,6 +291,42 @@ static int set_mode(struct kvb_opts *o, enum kvb_mode m, const char *name,
 	return 0;
 }
 
+/* The long-generation options (--policy and its group). */
+static int parse_longgen(struct kvb_opts *o, int opt, const char *arg)
+{
+	switch (opt) {
+	case OPT_POLICY:
+		if (o->nr_policy_args == KVB_MAX_POLICIES) {
+			fprintf(stderr, "kvbench: --policy: at most %u of them\n",
+				KVB_MAX_POLICIES);
+			return -1;
+		}
+		o->policy_arg[o->nr_policy_args++] = arg;
+		return set_mode(o, KVB_MODE_LONGGEN, "policy", NULL);
+	case OPT_MAX_CONTEXT:
+		o->lg_given |= KVB_LG_GIVEN_CONTEXT;
+		return parse_uint("--max-context", arg, 0, KVB_MAX_TRACE_TOKENS,
+				  &o->max_context);
+	case OPT_GEN_TOKENS:
+		o->lg_given |= KVB_LG_GIVEN_GEN;
+		return parse_uint("--gen-tokens", arg, 1, UINT32_MAX / 2,
+				  &o->gen_tokens);
+	case OPT_PROMPT_TOKENS:
+		o->lg_given |= KVB_LG_GIVEN_PROMPT;
+		return parse_uint("--prompt-tokens", arg, 1,
+				  KVB_MAX_TRACE_TOKENS, &o->prompt_tokens);
+	case OPT_SEQS:
+		return parse_uint("--seqs", arg, 1, KVB_MAX_SEQS, &o->seqs);
+	case OPT_QUICK:
+		o->quick = true;
+		return 0;
+	case 'v':
+		o->verbose = true;
+		return 0;
+	}
+	return -1;
+}
+
 /* One option; returns 0, or -1 after saying what is wrong. */
 static int parse_one(struct kvb_opts *o, int opt, const char *arg)
 {
@@ -289,6 +342,7 @@ static int parse_one(struct kvb_opts *o, int opt, const char *arg)
 		}
 		return 0;
 	case 'p':
+		o->lg_given |= KVB_LG_GIVEN_PROCS;
 		return parse_uint("--procs", arg, 1, KVB_MAX_PROCS, &o->procs);
 	case 'n':
 		return parse_uint("--requests", arg, 1, KVB_MAX_REQUESTS,
@@ -403,7 +457,7 @@ static int parse_one(struct kvb_opts *o, int opt, const char *arg)
 		o->quiet = true;
 		return 0;
 	}
-	return -1;
+	return parse_longgen(o, opt, arg);
 }
 
 static int check_replay(const struct kvb_opts *o)
@@ -595,33 +649,48 @@ static void bad_option(int opt, const char *arg)
 		fprintf(stderr, "kvbench: unknown option '%s'\n", arg);
 }
 
+/* Where an option of groups @group goes: their homes, joined. */
+static void og_homes(char *buf, size_t len, unsigned group)
+{
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (unsigned g = 0; g < KVB_NR_OG && n < len; g++)
+		if (group & (1U << g))
+			n += (size_t)snprintf(buf + n, len - n, "%s%s",
+					      n ? ", or " : "", og_home[g]);
+}
+
 /*
  * An option the mode does not take is a mistake: say where it goes.
- * @given: per group, the first option given of it.
+ * @seen: per optdefs entry, whether it was given. An option of several
+ * groups goes with a mode that takes any of them.
  */
 static int check_groups(const struct kvb_opts *o,
-			const struct kvb_mode_def *md,
-			const struct kvb_optdef *const *given)
+			const struct kvb_mode_def *md, const bool *seen)
 {
 	const char *hint = "";
+	char home[256];
 
-	for (unsigned g = 0; g < KVB_NR_OG; g++) {
-		if (!given[g] || (md->opts & (1U << g)))
+	for (size_t i = 0; i < NR_OPTDEFS; i++) {
+		const struct kvb_optdef *d = &optdefs[i];
+
+		if (!seen[i] || !d->group || (md->opts & d->group))
 			continue;
-		if (given[g]->val == 'n' && o->mode == KVB_MODE_REPLAY)
+		if (d->val == 'n' && o->mode == KVB_MODE_REPLAY)
 			hint = " (use --limit)";
-		else if (given[g]->val == 'n' &&
-			 (md->opts & KVB_OG_ITERS))
+		else if (d->val == 'n' && (md->opts & KVB_OG_ITERS))
 			hint = " (round trips: --iterations N)";
+		og_homes(home, sizeof(home), d->group);
 		fprintf(stderr, "kvbench: --%s goes with %s, not with %s%s\n",
-			given[g]->name, og_home[g], md->name, hint);
+			d->name, home, md->name, hint);
 		return -1;
 	}
 	return 0;
 }
 
-/* The engine modes' checks between options; then what follows. */
-static int fleet_finish(struct kvb_opts *o)
+/* --socket, --private-kvd and --kvd of the engine modes. */
+static int private_kvd_check(const struct kvb_opts *o)
 {
 	if (o->socket && o->private_pool) {
 		fprintf(stderr, "kvbench: --socket names a kvd; --private-kvd starts one\n");
@@ -631,7 +700,124 @@ static int fleet_finish(struct kvb_opts *o)
 		fprintf(stderr, "kvbench: --kvd goes with --private-kvd\n");
 		return -1;
 	}
+	return 0;
+}
+
+/* The engine modes' checks between options; then what follows. */
+static int fleet_finish(struct kvb_opts *o)
+{
+	if (private_kvd_check(o))
+		return -1;
 	return opts_finish(o);
+}
+
+/* One policy of --policy, checked against --max-context. */
+static int policy_add(struct kvb_opts *o, const char *s)
+{
+	const char *why = "";
+	struct kv_ctx_policy *p;
+
+	if (o->nr_policies == KVB_MAX_POLICIES) {
+		fprintf(stderr, "kvbench: --policy: at most %u policies in one run\n",
+			KVB_MAX_POLICIES);
+		return -1;
+	}
+	p = &o->policy[o->nr_policies];
+	if (kv_ctx_policy_parse(s, p)) {
+		fprintf(stderr, "kvbench: --policy '%s': not a policy (none, truncate [stop|drop], window W [bos-extra], sinks S W [bos|bos-extra], or all)\n",
+			s);
+		return -1;
+	}
+	if (kv_ctx_policy_check(p, o->max_context, &why)) {
+		fprintf(stderr, "kvbench: --policy '%s': %s (--max-context %u)\n",
+			s, why, o->max_context);
+		return -1;
+	}
+	o->nr_policies++;
+	return 0;
+}
+
+/*
+ * "all": the four kinds, in the order of the comparison: none, truncate
+ * (stop), window W and sinks 4 W (StreamingLLM's four sinks), W a
+ * quarter of max_context (1024 without one).
+ */
+static int policy_all(struct kvb_opts *o)
+{
+	unsigned w = o->max_context ? o->max_context / 4 : 1024;
+	char buf[2][48];
+
+	snprintf(buf[0], sizeof(buf[0]), "window %u", w ? w : 1);
+	snprintf(buf[1], sizeof(buf[1]), "sinks 4 %u", w ? w : 1);
+	if (policy_add(o, "none") || policy_add(o, "truncate") ||
+	    policy_add(o, buf[0]) || policy_add(o, buf[1]))
+		return -1;
+	return 0;
+}
+
+/* Each --policy: "all", or policies separated by commas. */
+static int policies_setup(struct kvb_opts *o)
+{
+	char buf[256], *save = NULL, *w;
+
+	for (unsigned i = 0; i < o->nr_policy_args; i++) {
+		if (strlen(o->policy_arg[i]) >= sizeof(buf)) {
+			fprintf(stderr, "kvbench: --policy: '%s' is too long\n",
+				o->policy_arg[i]);
+			return -1;
+		}
+		strcpy(buf, o->policy_arg[i]);
+		for (w = strtok_r(buf, ",", &save); w;
+		     w = strtok_r(NULL, ",", &save)) {
+			w += strspn(w, " \t");
+			if (strcmp(w, "all") ? policy_add(o, w) : policy_all(o))
+				return -1;
+		}
+	}
+	if (!o->nr_policies) {
+		fprintf(stderr, "kvbench: --policy: no policy given\n");
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * The defaults of the options not given, --quick's or the long run's.
+ * Only --policy sets max_context: the other modes connect without one.
+ */
+static void longgen_defaults(struct kvb_opts *o)
+{
+	unsigned given = o->lg_given;
+
+	if (o->quick && !(given & KVB_LG_GIVEN_PROCS))
+		o->procs = 2;
+	if (!(given & KVB_LG_GIVEN_CONTEXT))
+		o->max_context = o->quick ? 512 : KVB_LG_MAX_CONTEXT;
+	if (!(given & KVB_LG_GIVEN_GEN))
+		o->gen_tokens = o->quick ? 4096 : KVB_LG_GEN_TOKENS;
+	if (!(given & KVB_LG_GIVEN_PROMPT))
+		o->prompt_tokens = o->quick ? 64 : KVB_LG_PROMPT;
+}
+
+/* --policy's checks between options; then what follows. */
+static int longgen_finish(struct kvb_opts *o)
+{
+	if (private_kvd_check(o) || quant_setup(o))
+		return -1;
+	longgen_defaults(o);
+	if (o->max_context && o->prompt_tokens > o->max_context) {
+		fprintf(stderr, "kvbench: --prompt-tokens %u is above --max-context %u (none and truncate refuse such a prompt)\n",
+			o->prompt_tokens, o->max_context);
+		return -1;
+	}
+	if (policies_setup(o))
+		return -1;
+	if (!o->sample_given)
+		o->sample_ms = KVB_LG_SAMPLE_MS;
+	snprintf(o->mdl[0].id, sizeof(o->mdl[0].id), "%s", o->model);
+	o->mdl[0].geom = o->geom;
+	o->mdl[0].procs = o->procs;
+	return 0;
 }
 
 static int bench_finish(const struct kvb_opts *o)
@@ -641,6 +827,16 @@ static int bench_finish(const struct kvb_opts *o)
 		return -1;
 	}
 	return 0;
+}
+
+/* The checks between the options of the mode, and what follows. */
+static int mode_finish(struct kvb_opts *o, const struct kvb_mode_def *modes)
+{
+	if (o->mode == KVB_MODE_LONGGEN)
+		return longgen_finish(o);
+	if (modes[o->mode].opts & KVB_OG_FLEET)
+		return fleet_finish(o);
+	return bench_finish(o);
 }
 
 /* getopt_long's table and short options, from optdefs. */
@@ -666,7 +862,7 @@ static void getopt_tables(struct option *lo, char *shorts)
 int kvb_opts_parse(struct kvb_opts *o, int argc, char **argv,
 		   const struct kvb_mode_def *modes)
 {
-	const struct kvb_optdef *given[KVB_NR_OG] = { 0 };
+	bool seen[NR_OPTDEFS] = { 0 };
 	struct option lo[NR_OPTDEFS + 1];
 	char shorts[2 * NR_OPTDEFS + 2];
 	const struct kvb_optdef *d;
@@ -696,9 +892,8 @@ int kvb_opts_parse(struct kvb_opts *o, int argc, char **argv,
 			goto err_usage;
 		}
 		d = optdef(opt);
-		for (unsigned g = 0; d && g < KVB_NR_OG; g++)
-			if ((d->group & (1U << g)) && !given[g])
-				given[g] = d;
+		if (d)
+			seen[d - optdefs] = true;
 		if (parse_one(o, opt, optarg))
 			goto err_usage;
 	}
@@ -707,10 +902,7 @@ int kvb_opts_parse(struct kvb_opts *o, int argc, char **argv,
 			argv[optind]);
 		goto err_usage;
 	}
-	if (check_groups(o, &modes[o->mode], given))
-		goto err_usage;
-	if (modes[o->mode].opts & KVB_OG_FLEET ? fleet_finish(o) :
-	    bench_finish(o))
+	if (check_groups(o, &modes[o->mode], seen) || mode_finish(o, modes))
 		goto err_usage;
 	return 0;
 

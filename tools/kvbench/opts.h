@@ -3,9 +3,10 @@
  * kvbench's options: what one invocation asks for, in one struct that
  * the one parser (opts.c) fills from one option table, and the shape of
  * the mode table (main.c) it picks the mode from. Each option belongs to
- * a group; a mode takes the groups its table entry names and refuses the
- * others, so an option that does nothing in a mode is a mistake, not a
- * no-op. Nothing here includes another part of kvbench.
+ * one group or more; a mode takes the options of the groups its table
+ * entry names and refuses the others, so an option that does nothing in
+ * a mode is a mistake, not a no-op. Nothing here includes another part
+ * of kvbench.
  */
 #ifndef KVB_OPTS_H
 #define KVB_OPTS_H
@@ -30,6 +31,13 @@
 #define KVB_DEFAULT_RUNS	5U
 #define KVB_MAX_RUNS		99U
 #define KVB_PRIVATE_POOL	"256M"	/* --private-kvd without a size */
+#define KVB_MAX_POLICIES	8	/* --policy: runs of one invocation */
+#define KVB_MAX_SEQS		64	/* --seqs: per engine process */
+#define KVB_LG_MAX_CONTEXT	4096U	/* --policy defaults */
+#define KVB_LG_GEN_TOKENS	65536U
+#define KVB_LG_PROMPT		256U
+#define KVB_LG_SEQS		2U
+#define KVB_LG_SAMPLE_MS	10U
 
 /* One per entry of the mode table; the first is the default. */
 enum kvb_mode {
@@ -40,6 +48,7 @@ enum kvb_mode {
 	KVB_MODE_HASH,		/* --hash-bench */
 	KVB_MODE_REDIS,		/* --redis */
 	KVB_MODE_SUMMARY,	/* --bench-summary DIR */
+	KVB_MODE_LONGGEN,	/* --policy: long generation */
 	KVB_NR_MODES,
 };
 
@@ -53,7 +62,8 @@ enum {
 	KVB_OG_REPLAY	= 1U << 5,	/* replay of a request stream */
 	KVB_OG_RUNS	= 1U << 6,	/* --runs */
 	KVB_OG_ITERS	= 1U << 7,	/* --iterations */
-	KVB_NR_OG	= 8,
+	KVB_OG_LONGGEN	= 1U << 8,	/* long generation under --policy */
+	KVB_NR_OG	= 9,
 };
 
 struct kvb_opts;
@@ -130,6 +140,27 @@ struct kvb_opts {
 	/* benchmarks */
 	unsigned	runs;		/* --runs (workload) */
 	unsigned	iters;		/* --iterations (floor, redis) */
+	/* long generation: --policy, each policy one run */
+	const char	*policy_arg[KVB_MAX_POLICIES];	/* as given */
+	unsigned	nr_policy_args;
+	struct kv_ctx_policy policy[KVB_MAX_POLICIES];
+	unsigned	nr_policies;
+	unsigned	max_context;	/* kv_connect_params.max_context (0
+					 * but with --policy) */
+	unsigned	gen_tokens;	/* appended per sequence, at most */
+	unsigned	prompt_tokens;	/* of each sequence's prompt */
+	unsigned	seqs;		/* per engine process */
+	bool		quick;		/* small defaults, for a test */
+	bool		verbose;	/* a line per sequence */
+	unsigned	lg_given;	/* KVB_LG_GIVEN_*: options given */
+};
+
+/* Long-generation options given (kvb_opts.lg_given), over --quick's. */
+enum {
+	KVB_LG_GIVEN_PROCS	= 1U << 0,
+	KVB_LG_GIVEN_CONTEXT	= 1U << 1,
+	KVB_LG_GIVEN_GEN	= 1U << 2,
+	KVB_LG_GIVEN_PROMPT	= 1U << 3,
 };
 
 /*

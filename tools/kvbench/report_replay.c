@@ -187,6 +187,7 @@ void kvb_emit_replay_results(struct kv_emit *e, const struct kvb_opts *o,
 		      ratio(s->hit_tokens, s->prompt_tokens));
 	kvb_emit_frac(e, "bound_tokens", "bound (tokens)",
 		      ratio(b->hits * bt, b->prompt_tokens));
+	kvb_emit_token_bound(e, b, bt);
 	kv_emit_u64(e, "prompt_blocks", "prompt full blocks", s->prompt_blocks);
 	kv_emit_u64(e, "hit_blocks", "hit blocks", s->hit_blocks);
 	kvb_emit_frac(e, "hit_ratio_blocks", "hit ratio (blocks)", hit);
@@ -209,6 +210,27 @@ void kvb_emit_replay_results(struct kv_emit *e, const struct kvb_opts *o,
 	kv_emit_obj_end(e);
 }
 
+/*
+ * Beside the block-granular bound: the token-granular one (a radix tree
+ * that splits at the exact token two requests differ in), and what the
+ * blocks cost. A trace of block hashes has no tokens to say it from.
+ */
+void kvb_emit_token_bound(struct kv_emit *e, const struct kvb_bound *b,
+			  unsigned bt)
+{
+	double tok = ratio(b->token_hits, b->prompt_tokens);
+
+	if (!b->have_tokens) {
+		kv_emit_str(e, "token_bound_note", "token bound (radix tree)",
+			    "not available: the trace has block hashes, no tokens");
+		return;
+	}
+	kvb_emit_frac(e, "token_bound_tokens", "token bound (radix tree)",
+		      tok);
+	kvb_emit_fixed(e, "block_granularity_cost", "block granularity cost",
+		       tok - ratio(b->hits * bt, b->prompt_tokens), 4, NULL);
+}
+
 void kvb_emit_bound(struct kv_emit *e, const struct agg *a)
 {
 	const struct kvb_bound *b = &a->bound;
@@ -220,6 +242,14 @@ void kvb_emit_bound(struct kv_emit *e, const struct agg *a)
 	kv_emit_u64(e, "unique", "distinct prompt blocks", b->unique);
 	kv_emit_u64(e, "footprint_blocks", "blocks committed in all",
 		    b->footprint);
+	if (b->have_tokens) {
+		kv_emit_u64(e, "token_hits", "radix: prompt tokens hit",
+			    b->token_hits);
+		kv_emit_u64(e, "radix_tokens", "radix: tokens held",
+			    b->radix_tokens);
+		kv_emit_u64(e, "radix_nodes", "radix: nodes",
+			    b->radix_nodes);
+	}
 	kv_emit_obj_end(e);
 }
 

@@ -22,6 +22,10 @@ void kvb_emit_trace(struct kv_emit *e, const struct kvb_opts *o);
 void kvb_emit_replay_results(struct kv_emit *e, const struct kvb_opts *o,
 			     const struct agg *a);
 
+/* The token-granular bound beside the block bound (tokens), or why not. */
+void kvb_emit_token_bound(struct kv_emit *e, const struct kvb_bound *b,
+			  unsigned bt);
+
 void kvb_emit_bound(struct kv_emit *e, const struct agg *a);
 
 void kvb_emit_memory(struct kv_emit *e, const struct kvb_opts *o,

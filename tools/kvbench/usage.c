@@ -13,6 +13,7 @@ void kvb_usage(FILE *f)
 "usage: kvbench [options]\n"
 "       kvbench --trace FILE [replay options] [options]\n"
 "       kvbench --synthetic [replay options] [options]\n"
+"       kvbench --policy POLICY [long generation options] [options]\n"
 "Start N engine processes that load kvd. By default they allocate, write,\n"
 "verify and release blocks for synthetic requests and report ops/s,\n"
 "latency and pool peak use. With --trace or --synthetic they replay a\n"
@@ -94,8 +95,31 @@ void kvb_usage(FILE *f)
 "      --bench-summary DIR  one table from DIR/bench-*.json (make bench)\n"
 "      --runs N           --workload: runs, median reported (default 5)\n"
 "      --iterations N     --floor, --redis: round trips (default 20000)\n"
-"Exit status: 0 ok, 1 a process failed or a block did not verify,\n"
-"2 usage error.\n",
+"long generation (--procs, the geometry, --model, --private-kvd, --kvd,\n"
+"--socket, --json and --quiet apply; tokens are random per run):\n"
+"      --policy POLICY    each process opens --seqs prompts under POLICY\n"
+"                         and appends tokens one at a time far past\n"
+"                         max_context: none, truncate [stop|drop],\n"
+"                         window W [bos-extra], sinks S W [bos|bos-extra];\n"
+"                         several separated by commas (or --policy\n"
+"                         again), or all: none, truncate, window C/4,\n"
+"                         sinks 4 C/4 (C: --max-context). One run each,\n"
+"                         compared in one table (peak blocks vs none)\n"
+"      --max-context N    tokens a sequence may hold, as\n"
+"                         kv_connect_params.max_context (default 4096)\n"
+"      --gen-tokens N     tokens to append to each sequence (default\n"
+"                         65536)\n"
+"      --prompt-tokens N  each prompt (default 256)\n"
+"      --seqs N           sequences per process, 1..%u (default 2)\n"
+"      --quick            smaller defaults: 2 processes, --max-context\n"
+"                         512, 4096 tokens, prompts of 64\n"
+"      --sample-ms N      sample the namespace's blocks every N ms\n"
+"                         (default 10 here)\n"
+"  -v, --verbose          also a row per sequence: kv_seq_range's len,\n"
+"                         kept, dropped, commit_end at the end and at\n"
+"                         its first drop\n"
+"Exit status: 0 ok, 1 a process failed, a block did not verify or a\n"
+"sequence did not keep to its policy, 2 usage error.\n",
 		KVB_MAX_PROCS, KVB_MAX_LIVE, KVB_MAX_REQUESTS, KVB_MAX_BATCH,
-		KVB_MAX_MODELS);
+		KVB_MAX_MODELS, KVB_MAX_SEQS);
 }
