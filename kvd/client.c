@@ -415,7 +415,7 @@ static void ns_put(struct kvd *d, struct kvd_ns *ns)
  * The context settings of @c's namespace: its kvd.conf section as now
  * loaded, so a reload applies to each client that comes after it. kvd's
  * kernels cannot mask a foreign layout: an opaque namespace also refuses
- * window and sinks, and a default of those falls back to none (said
+ * window, sinks and truncate drop, and such a default falls back to none (said
  * when the namespace gets its first client, not at every HELLO).
  */
 static void welcome_ctx(struct kvd *d, const struct kvd_client *c,
@@ -433,7 +433,9 @@ static void welcome_ctx(struct kvd *d, const struct kvd_client *c,
 	if (h->geom.dtype != KV_DTYPE_OPAQUE)
 		return;
 	w->ctx_refused |= 1U << KV_CTX_WINDOW | 1U << KV_CTX_SINKS;
-	if (!(w->ctx_refused >> w->ctx_default.kind & 1))
+	/* truncate drop masks too; its kind (truncate stop) stays */
+	if (!(w->ctx_refused >> w->ctx_default.kind & 1) &&
+	    !(w->ctx_default.flags & KV_CTX_DROP_OLDEST))
 		return;
 	if (c->ns->nr_clients == 1 &&
 	    kv_ctx_policy_format(&w->ctx_default, pol, sizeof(pol)) >= 0)

@@ -169,12 +169,23 @@ static uint32_t table_index(const struct kv_seq *s, uint64_t ob)
 	return (uint32_t)(ob < s->head_blocks ? ob : ob - s->gap);
 }
 
-/* Hashes of the prompt's first @n tokens: those filled before any drop. */
+/*
+ * Full blocks of a prompt of @len tokens that get a hash: those it may
+ * commit, and those its lookup may hit (a hit's bytes are whole, even
+ * in a sink block whose other slots this sequence drops).
+ */
+static uint64_t prompt_hashes(const struct kv_seq *s, uint64_t len)
+{
+	uint64_t lim = s->hash_limit, full = len / s->c->block_tokens;
+
+	if (__kv_seq_dropping(s, len) && s->head_blocks > lim)
+		lim = s->head_blocks;
+	return full < lim ? full : lim;
+}
+
 static int hash_prompt(struct kv_seq *s, const uint32_t *tokens, uint64_t n)
 {
-	uint64_t lim = (uint64_t)s->hash_limit * s->c->block_tokens;
-
-	return hash_more(s, tokens, n < lim ? n : lim);
+	return hash_more(s, tokens, prompt_hashes(s, n) * s->c->block_tokens);
 }
 
 /* Entries the arrays need for length @len: the table and the hashes. */
@@ -182,10 +193,10 @@ static uint64_t seq_need(const struct kv_seq *s, uint64_t len)
 {
 	uint64_t gap = __kv_seq_gap(s, len);
 	uint64_t tbl = __kv_seq_fresh(s, 0, len, gap);
-	uint64_t hashed = len / s->c->block_tokens;
+	uint64_t hashed = prompt_hashes(s, len);
 
-	if (hashed > s->hash_limit)
-		hashed = s->hash_limit;
+	if (s->nr_hashed > hashed)
+		hashed = s->nr_hashed;
 	return tbl > hashed ? tbl : hashed;
 }
 
@@ -234,6 +245,7 @@ static int seq_limits(struct kv_seq *s, const struct kv_ctx_policy *policy,
 		*why = "the prompt needs more than 65535 blocks";
 		return -E2BIG;
 	}
+	__kv_seq_cut(s, 0, n_tokens);	/* prompt tokens with no slot */
 	return 0;
 }
 
@@ -307,7 +319,7 @@ static int seq_open_hashes(struct kv_client *c, const struct kv_hash *hashes,
 		ret = seq_reserve(s, (uint32_t)seq_need(s, len) + 1);
 	if (ret)
 		goto err_free;
-	nh = n_hashes < s->hash_limit ? n_hashes : s->hash_limit;
+	nh = prompt_hashes(s, len);
 	memcpy(s->hashes, hashes, nh * sizeof(*hashes));
 	s->nr_hashed = (uint32_t)nh;
 	s->len = len;
@@ -407,9 +419,10 @@ static int seq_room(struct kv_seq *s, size_t n, size_t *take,
 /*
  * Blocks for length @len: new kept ones at the end of the table, then
  * the ones the window left behind released. Nothing changes when the
- * allocation fails.
+ * allocation fails (the return); a failed release (kvd gone) still
+ * leaves the table at @len, and is said in *@rel_err.
  */
-static int seq_grow(struct kv_seq *s, uint64_t len)
+static int seq_grow(struct kv_seq *s, uint64_t len, int *rel_err)
 {
 	uint64_t gap = __kv_seq_gap(s, len), hb = s->head_blocks;
 	uint32_t fresh = __kv_seq_fresh(s, s->len, len, gap);
@@ -430,49 +443,64 @@ static int seq_grow(struct kv_seq *s, uint64_t len)
 			return ret;
 	}
 	/* Out of the kept range: only this sequence's ref goes. */
-	ret = drop ? release_ids(s->c, s->blocks + hb, drop) : 0;
+	*rel_err = drop ? release_ids(s->c, s->blocks + hb, drop) : 0;
 	memmove(s->blocks + hb, s->blocks + hb + drop,
 		(nr + fresh - hb - drop) * sizeof(*s->blocks));
 	s->nr_blocks = nr + fresh - drop;
 	s->gap = gap;
-	return ret;
+	return 0;
+}
+
+/*
+ * The tokens themselves, once their blocks are there: a block that fills
+ * is hashed while it may be committed. A hash that fails (libcrypto)
+ * only stops the committing there: the sequence still takes every token.
+ */
+static int seq_take(struct kv_seq *s, const uint32_t *tokens, size_t take)
+{
+	unsigned bt = s->c->block_tokens;
+	int err = 0;
+
+	for (size_t i = 0; i < take; i++) {
+		uint64_t ob = s->len / bt;
+
+		s->tail[s->n_tail++] = tokens[i];
+		s->len++;
+		if (s->n_tail < bt)
+			continue;
+		s->n_tail = 0;
+		if (ob != s->nr_hashed || ob >= s->hash_limit)
+			continue;
+		err = hash_more(s, s->tail, bt);
+		if (err)
+			__kv_seq_cut_at(s, ob * bt);
+	}
+	return err;
 }
 
 static int seq_append(struct kv_seq *s, const uint32_t *tokens, size_t n,
 		      const char **why)
 {
-	unsigned bt;
+	int ret, rel_err = 0, hash_err;
 	size_t take;
-	int ret;
 
 	if (!s || (n && !tokens))
 		return -EINVAL;
-	bt = s->c->block_tokens;
-	if (n > (size_t)KV_MAX_IDS * bt)
+	if (n > (size_t)KV_MAX_IDS * s->c->block_tokens)
 		return -E2BIG;
 	/* Blocks filled before this call have their KV written by now. */
 	ret = seq_commit(s);
 	if (!ret)
 		ret = seq_room(s, n, &take, why);
 	if (!ret && take)
-		ret = seq_grow(s, s->len + take);
+		ret = seq_grow(s, s->len + take, &rel_err);
 	if (ret)
 		return ret;
-	/* Token by token, so that an error leaves the seq consistent. */
-	for (size_t i = 0; i < take; i++) {
-		uint64_t ob = s->len / bt;
-
-		s->tail[s->n_tail++] = tokens[i];
-		if (s->n_tail == bt) {
-			if (ob == s->nr_hashed && ob < s->hash_limit)
-				ret = hash_more(s, s->tail, bt);
-			if (ret) {
-				s->n_tail--;	/* this token was not added */
-				return ret;
-			}
-			s->n_tail = 0;
-		}
-		s->len++;
+	__kv_seq_cut(s, s->len, s->len + take);
+	hash_err = seq_take(s, tokens, take);
+	if (rel_err || hash_err) {
+		*why = "the tokens were appended; the sequence stays usable";
+		return rel_err ? rel_err : hash_err;
 	}
 	return take < n ? (int)take : 0;
 }
@@ -518,6 +546,7 @@ static int seq_fork(struct kv_seq *s, struct kv_seq **out)
 	f->window = s->window;
 	f->head_blocks = s->head_blocks;
 	f->gap = s->gap;
+	f->commit_end = s->commit_end;
 	f->hash_limit = s->hash_limit;
 	if (!f->nr_blocks)
 		goto out;

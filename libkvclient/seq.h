@@ -42,15 +42,20 @@ struct kv_seq {
 	uint64_t	window;		/* drops: tokens kept at the end */
 	uint32_t	head_blocks;	/* ceil(head / bt) */
 	uint64_t	gap;		/* original blocks dropped between */
-	uint32_t	hash_limit;	/* original blocks [0, hash_limit) are
-					 * hashed and committed: the ones
-					 * filled before any drop */
+	uint64_t	commit_end;	/* tokens [0, commit_end) may be
+					 * committed: computed before any drop,
+					 * and each written (UINT64_MAX: all) */
+	uint32_t	hash_limit;	/* commit_end / bt: original blocks
+					 * [0, hash_limit) are hashed and
+					 * committed */
 };
 
 /* seq_ctx.c */
 int __kv_seq_set_policy(struct kv_seq *s, const struct kv_ctx_policy *p,
 			const char **why);
 bool __kv_seq_dropping(const struct kv_seq *s, uint64_t len);
+void __kv_seq_cut(struct kv_seq *s, uint64_t old_len, uint64_t new_len);
+void __kv_seq_cut_at(struct kv_seq *s, uint64_t end);
 uint64_t __kv_seq_gap(const struct kv_seq *s, uint64_t len);
 bool __kv_seq_kept(const struct kv_seq *s, uint64_t gap, uint64_t ob);
 uint64_t __kv_seq_ob(const struct kv_seq *s, uint32_t ti);

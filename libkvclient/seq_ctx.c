@@ -43,11 +43,20 @@ static int ns_takes(const struct kv_client *c, const struct kv_ctx_policy *p,
 		*why = "the namespace's model does not support this policy (kvd.conf context_policies)";
 		return -EINVAL;
 	}
-	if (c->opaque && (p->kind == KV_CTX_WINDOW || p->kind == KV_CTX_SINKS)) {
-		*why = "an opaque namespace cannot be masked (window and sinks need kvd's layout)";
+	if (c->opaque && (p->kind == KV_CTX_WINDOW || p->kind == KV_CTX_SINKS ||
+			  (p->flags & KV_CTX_DROP_OLDEST))) {
+		*why = "an opaque namespace cannot be masked (window, sinks and truncate drop need kvd's layout)";
 		return -EINVAL;
 	}
 	return 0;
+}
+
+static void set_commit_end(struct kv_seq *s, uint64_t end)
+{
+	uint64_t lim = end / s->c->block_tokens;
+
+	s->commit_end = end;
+	s->hash_limit = lim < UINT32_MAX ? (uint32_t)lim : UINT32_MAX;
 }
 
 int __kv_seq_set_policy(struct kv_seq *s, const struct kv_ctx_policy *p,
@@ -55,7 +64,6 @@ int __kv_seq_set_policy(struct kv_seq *s, const struct kv_ctx_policy *p,
 {
 	const struct kv_client *c = s->c;
 	uint32_t bt = c->block_tokens;
-	uint64_t lim;
 	int ret;
 
 	if (!p)
@@ -65,6 +73,7 @@ int __kv_seq_set_policy(struct kv_seq *s, const struct kv_ctx_policy *p,
 		return ret;
 	s->policy = *p;
 	s->max_context = c->max_context;
+	s->commit_end = UINT64_MAX;
 	s->hash_limit = UINT32_MAX;
 	switch (p->kind) {
 	case KV_CTX_NONE:
@@ -83,9 +92,31 @@ int __kv_seq_set_policy(struct kv_seq *s, const struct kv_ctx_policy *p,
 	s->head_blocks = (uint32_t)((s->head + bt - 1) / bt);
 	/* What is filled before the first drop was computed over the whole
 	 * prefix: it is the KV a sequence without a policy has. */
-	lim = (s->head + s->window) / bt;
-	s->hash_limit = lim < UINT32_MAX ? (uint32_t)lim : UINT32_MAX;
+	set_commit_end(s, s->head + s->window);
 	return 0;
+}
+
+/*
+ * Tokens [@old_len, @new_len) come in and length @new_len drops some of
+ * them at once: they never had a slot, so no block holding one may be
+ * committed (its bytes there were never written).
+ */
+/* Nothing from token @end on is committed. */
+void __kv_seq_cut_at(struct kv_seq *s, uint64_t end)
+{
+	if (end < s->commit_end)
+		set_commit_end(s, end);
+}
+
+void __kv_seq_cut(struct kv_seq *s, uint64_t old_len, uint64_t new_len)
+{
+	uint64_t from;
+
+	if (!__kv_seq_dropping(s, new_len))
+		return;
+	from = old_len > s->head ? old_len : s->head;
+	if (from < new_len - s->window)
+		__kv_seq_cut_at(s, from);
 }
 
 /* Are tokens dropped at length @len? */
@@ -150,7 +181,7 @@ int kv_seq_range(const struct kv_seq *s, struct kv_seq_range *r)
 	r->len = s->len;
 	r->kept = drop ? s->head + s->window : s->len;
 	r->dropped = s->len - r->kept;
-	r->commit_end = drop ? s->head + s->window : s->len;
+	r->commit_end = s->len < s->commit_end ? s->len : s->commit_end;
 	if (drop) {
 		r->sink_len = (uint32_t)s->head;
 		r->window_start = (uint32_t)(s->len - s->window - shift);

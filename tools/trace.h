@@ -162,9 +162,9 @@ struct kvb_bound {
  * or (TOKENS traces) among the full blocks of an earlier prompt plus
  * output, which a replay commits too. TOKENS traces also get the token
  * bound: per request, its prompt's longest common prefix in tokens with
- * an earlier request's prompt plus output, at most in_len - 1 (the last
- * prompt token is computed for its logits, as kv_seq's lookup leaves
- * it); IDS traces have no tokens, and leave have_tokens false. 0,
+ * an earlier request's prompt plus output, at most in_len (counted as
+ * the block bound counts, so the two differ by granularity alone); IDS
+ * traces have no tokens, and leave have_tokens false. 0,
  * -ENOMEM, or -E2BIG for a tree past 2^32 - 1 nodes.
  */
 int kvb_trace_bound(const struct kvb_trace *tr, unsigned block_tokens,

@@ -324,11 +324,11 @@ static int token_bound_add(struct radix *r, const struct kvb_trace *tr,
 	ret = radix_insert(r, tok, (size_t)q->in_len + q->out_len, &lcp);
 	if (ret)
 		return ret;
+	/* prompt tokens only, and counted as the block bound counts them
+	 * (a whole prompt seen before is a whole hit), so that the two
+	 * differ by granularity alone */
 	if (lcp > q->in_len)
 		lcp = q->in_len;
-	/* the last prompt token is always computed, for its logits */
-	if (q->in_len && lcp > q->in_len - 1U)
-		lcp = q->in_len - 1U;
 	b->token_hits += lcp;
 	return 0;
 }

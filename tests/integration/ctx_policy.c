@@ -26,6 +26,7 @@
 
 static struct t_kvd k;
 static struct kv_layout lay;
+static const char *cur_policy = "";	/* for messages */
 
 static struct kv_geometry geom(void)
 {
@@ -242,9 +243,9 @@ static void check_attention(struct kv_client *c, struct kv_seq *s,
 			double want = acc[d] / sum;
 
 			if (fabs(out[h * HD + d] - want) > 1e-4)
-				T_FAIL("len %llu head %u dim %u: %g, dense %g",
-				       (unsigned long long)m->len, h, d,
-				       out[h * HD + d], want);
+				T_FAIL("%s: len %llu head %u dim %u: %g, dense %g",
+				       cur_policy, (unsigned long long)m->len,
+				       h, d, out[h * HD + d], want);
 		}
 	}
 }
@@ -268,6 +269,8 @@ static void run_policy(struct kv_client *c, const char *text,
 	static int64_t orig[MAX_SLOTS];
 	struct kv_ctx_policy pol = policy(text);
 	uint32_t tok[8], max_ctx, peak = 0;
+
+	cur_policy = text;
 	struct kv_seq *s;
 	struct keep m;
 	uint64_t len;
@@ -512,6 +515,46 @@ static void test_prefix(void)
 	kv_disconnect(c);
 }
 
+/*
+ * Tokens that come in and are dropped in the same call never had a
+ * slot: no block holding one is committed (a later sequence would hit
+ * bytes nobody wrote). A prompt longer than the policy keeps, and an
+ * append that crosses the window at once.
+ */
+static void test_unwritten(void)
+{
+	struct kv_client *c = connect_ctx("unwritten", 0);
+	static const struct { const char *pol; size_t open, add; } cases[] = {
+		{ "window 16", 20, 0 }, { "sinks 4 28", 100, 0 },
+		{ "window 16", 2, 20 }, { "sinks 4 12", 10, 40 },
+	};
+	uint32_t t[200];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(*cases); i++) {
+		struct kv_seq *s, *d;
+		struct kv_seq_range r;
+
+		for (int j = 0; j < 200; j++)
+			t[j] = token((uint64_t)j + 20000 + i * 1000);
+		s = open_written(c, t, cases[i].open, cases[i].pol);
+		if (cases[i].add) {
+			T_EQ(kv_seq_append(s, t + cases[i].open, cases[i].add), 0);
+			T_EQ(kv_seq_commit(s), 0);
+		}
+		T_EQ(kv_seq_range(s, &r), 0);
+		T_EQ(kv_seq_close(s), 0);
+		d = open_written(c, t, 150, NULL);
+		if (kv_seq_hit_tokens(d) != r.commit_end / BT * BT)
+			T_FAIL("%s: a later sequence hits %zu tokens, commit_end %llu",
+			       cases[i].pol, kv_seq_hit_tokens(d),
+			       (unsigned long long)r.commit_end);
+		T_ASSERT(r.commit_end < BT);	/* no whole block written */
+		T_EQ(kv_seq_close(d), 0);
+		T_EQ(kv_ctx_info(c, NULL, NULL, NULL), 0);
+	}
+	kv_disconnect(c);
+}
+
 /* A fork under a window slides on its own; both give everything back. */
 static void test_fork(void)
 {
@@ -551,6 +594,7 @@ int main(void)
 	T_EQ(kv_layout_init(&lay, &g), 0);
 	t_kvd_start(&k, "64M", NULL);
 	test_prefix();
+	test_unwritten();
 	test_limits();
 	test_bad_policies();
 	test_fork();
