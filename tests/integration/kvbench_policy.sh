@@ -9,53 +9,16 @@
 # Speed is reported, never checked. Exit 0 pass, 1 fail, 77 skip (no jq).
 # usage: sh tests/integration/kvbench_policy.sh BUILD_DIR
 BUILD=${1:-build}
-KVD_PID=
-DIR=
-
-skip() {
-	echo "SKIP: $*"
-	exit 77
-}
-
-fail() {
-	echo "FAIL: $*" >&2
-	if [ -n "$DIR" ] && [ -s "$DIR/kvd.log" ]; then
-		echo "--- kvd log:" >&2
-		tail -n 40 "$DIR/kvd.log" >&2
-	fi
-	exit 1
-}
-
-cleanup() {
-	if [ -n "$KVD_PID" ]; then
-		kill -TERM "$KVD_PID" 2>/dev/null
-		wait "$KVD_PID" 2>/dev/null
-	fi
-	[ -n "$DIR" ] && rm -rf "$DIR"
-}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+. "$ROOT/tests/integration/kvd_test.shlib"
 
 command -v jq >/dev/null 2>&1 || skip "jq not installed"
 for bin in kvd kvbench kvctl; do
 	[ -x "$BUILD/$bin" ] || fail "$BUILD/$bin not built"
 done
 
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/kvd-policy.XXXXXX") || exit 1
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-SOCK=$DIR/kvd.sock
-ADMIN=$DIR/kvd-admin.sock
-"$BUILD/kvd" --backend host --pool-size 64M --socket "$SOCK" \
-	--admin-socket "$ADMIN" --config /dev/null 2>>"$DIR/kvd.log" &
-KVD_PID=$!
-i=0
-while [ ! -S "$ADMIN" ]; do
-	kill -0 "$KVD_PID" 2>/dev/null || { KVD_PID=; fail "kvd exited at start"; }
-	i=$((i + 1))
-	[ $i -le 100 ] || fail "kvd did not create $ADMIN within 10 s"
-	sleep 0.1
-done
+test_dir policy
+start_kvd kvd 64M --config /dev/null
 
 # bench OUT ARGS...: kvbench --json OUT, quiet; fails the test if it fails.
 bench() {
@@ -116,13 +79,5 @@ check "$S" "the token bound is below the block bound" '
 	.kvbench.results.bound_tokens > 0 and
 	.kvbench.results.token_bound_tokens >= .kvbench.results.bound_tokens'
 
-"$BUILD/kvctl" --admin-socket "$ADMIN" check >"$DIR/check.log" 2>&1 || {
-	cat "$DIR/check.log" >&2
-	fail "kvctl check: kvd's books do not hold"
-}
-kill -TERM "$KVD_PID"
-wait "$KVD_PID"
-rc=$?
-KVD_PID=
-[ $rc -eq 0 ] || fail "kvd exit status $rc"
+stop_kvd
 echo "PASS"

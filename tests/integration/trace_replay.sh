@@ -16,30 +16,7 @@ TOL=0.01
 GEOM="--layers 1 --kv-heads 1 --head-dim 4 --block-tokens 16"
 BIG_POOL=512M		# 2M blocks: room for every block, no eviction
 SMALL_POOL=16M		# 64k blocks: a few dozen long requests
-KVD_PID=
-DIR=
-
-skip() {
-	echo "SKIP: $*"
-	exit 77
-}
-
-fail() {
-	echo "FAIL: $*" >&2
-	if [ -n "$DIR" ] && [ -s "$DIR/kvd.log" ]; then
-		echo "--- kvd log:" >&2
-		tail -n 40 "$DIR/kvd.log" >&2
-	fi
-	exit 1
-}
-
-cleanup() {
-	if [ -n "$KVD_PID" ]; then
-		kill -TERM "$KVD_PID" 2>/dev/null
-		wait "$KVD_PID" 2>/dev/null
-	fi
-	[ -n "$DIR" ] && rm -rf "$DIR"
-}
+. "$ROOT/tests/integration/kvd_test.shlib"
 
 [ -f "$TRACE" ] || skip "no trace at $TRACE"
 command -v jq >/dev/null 2>&1 || skip "jq not installed"
@@ -47,41 +24,7 @@ for bin in kvd kvbench; do
 	[ -x "$BUILD/$bin" ] || fail "$BUILD/$bin not built"
 done
 
-DIR=$(mktemp -d "${TMPDIR:-/tmp}/kvd-trace.XXXXXX") || exit 1
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# start_kvd NAME POOL: kvd on $DIR/NAME.sock, up within 10 s.
-start_kvd() {
-	SOCK=$DIR/$1.sock
-	ADMIN=$DIR/$1-admin.sock
-	"$BUILD/kvd" --backend host --pool-size "$2" --socket "$SOCK" \
-		--admin-socket "$ADMIN" 2>>"$DIR/kvd.log" &
-	KVD_PID=$!
-	i=0
-	while [ ! -S "$ADMIN" ]; do
-		kill -0 "$KVD_PID" 2>/dev/null || { KVD_PID=; fail "kvd exited at start"; }
-		i=$((i + 1))
-		[ $i -le 100 ] || fail "kvd did not create $ADMIN within 10 s"
-		sleep 0.1
-	done
-}
-
-# The books must hold (kvctl check), then kvd stops cleanly.
-stop_kvd() {
-	if [ -x "$BUILD/kvctl" ] &&
-	   ! "$BUILD/kvctl" --admin-socket "$ADMIN" check >"$DIR/check.log" 2>&1; then
-		cat "$DIR/check.log" >&2
-		fail "kvctl check: kvd's books do not hold"
-	fi
-	kill -TERM "$KVD_PID"
-	wait "$KVD_PID"
-	rc=$?
-	KVD_PID=
-	[ $rc -eq 0 ] || fail "kvd exit status $rc"
-	[ ! -e "$SOCK" ] || fail "kvd left $SOCK behind"
-}
+test_dir trace
 
 # bench OUT ARGS...: kvbench --json OUT, quiet; fails the test if it fails.
 bench() {
