@@ -264,7 +264,8 @@ static void free_run(struct run *r)
 	free(r->out);
 }
 
-static int run_decode(struct run *r)
+static int run_policy(struct run *r, const uint32_t *sink,
+		      const uint32_t *wstart)
 {
 	const struct acase *c = r->c;
 	struct kv_decode_args a = {
@@ -272,11 +273,17 @@ static int run_decode(struct run *r)
 		.num_seqs = c->nseq, .num_heads = r->num_heads,
 		.max_blocks_per_seq = r->mbps, .block_tables = r->tables,
 		.context_lens = c->ctx, .scale = 1.0f / sqrtf((float)c->hd),
-		.partition_tokens = c->pt,
+		.partition_tokens = c->pt, .sink_lens = sink,
+		.window_starts = wstart,
 	};
 
 	return kv_ref_paged_attention_decode(&r->l, r->pool, r->pool_bytes,
 					     T_LAYER, &a);
+}
+
+static int run_decode(struct run *r)
+{
+	return run_policy(r, NULL, NULL);
 }
 
 /* The cached rows of (seq, kv head), dequantized, read independently. */
@@ -716,23 +723,6 @@ static void apply_policy(struct run *r, const struct policy *pol)
 				memset(r->pool + (uint64_t)*id * r->l.block_bytes,
 				       0xff, r->l.block_bytes);
 		}
-}
-
-static int run_policy(struct run *r, const uint32_t *sink,
-		      const uint32_t *wstart)
-{
-	const struct acase *c = r->c;
-	struct kv_decode_args a = {
-		.q = r->q, .out = r->out, .q_dtype = c->q_dtype,
-		.num_seqs = c->nseq, .num_heads = r->num_heads,
-		.max_blocks_per_seq = r->mbps, .block_tables = r->tables,
-		.context_lens = c->ctx, .scale = 1.0f / sqrtf((float)c->hd),
-		.partition_tokens = c->pt, .sink_lens = sink,
-		.window_starts = wstart,
-	};
-
-	return kv_ref_paged_attention_decode(&r->l, r->pool, r->pool_bytes,
-					     T_LAYER, &a);
 }
 
 /* The attended cached rows of (seq, kv head), in order; how many. */
