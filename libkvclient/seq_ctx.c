@@ -96,11 +96,6 @@ int __kv_seq_set_policy(struct kv_seq *s, const struct kv_ctx_policy *p,
 	return 0;
 }
 
-/*
- * Tokens [@old_len, @new_len) come in and length @new_len drops some of
- * them at once: they never had a slot, so no block holding one may be
- * committed (its bytes there were never written).
- */
 /* Nothing from token @end on is committed. */
 void __kv_seq_cut_at(struct kv_seq *s, uint64_t end)
 {
@@ -108,6 +103,11 @@ void __kv_seq_cut_at(struct kv_seq *s, uint64_t end)
 		set_commit_end(s, end);
 }
 
+/*
+ * Tokens [@old_len, @new_len) come in and length @new_len drops some of
+ * them at once: they never had a slot, so no block holding one may be
+ * committed (its bytes there were never written).
+ */
 void __kv_seq_cut(struct kv_seq *s, uint64_t old_len, uint64_t new_len)
 {
 	uint64_t from;

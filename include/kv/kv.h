@@ -495,11 +495,13 @@ struct kv_seq_range {
 					 * position len - 1 */
 	uint64_t	dropped;	/* len - kept */
 	uint64_t	commit_end;	/* tokens [0, commit_end) may be
-					 * committed: len until the first
-					 * drop, then the tokens the policy
-					 * keeps (their KV was computed before
-					 * anything was dropped); the blocks
-					 * past it are never committed */
+					 * committed: at most the sinks +
+					 * window a policy keeps (their KV was
+					 * computed before anything was
+					 * dropped), and never past a token
+					 * that was dropped in the call that
+					 * brought it (it had no slot); the
+					 * blocks past it never are */
 };
 
 /* kv_seq_range - fill *@r for @s. 0, or -EINVAL for NULL. */
