@@ -13,6 +13,7 @@
  * (KV_POS_CACHE, its "positions within the cache").
  */
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "seq.h"
@@ -31,24 +32,58 @@ int kv_ctx_info(const struct kv_client *c, uint32_t *max_context,
 	return 0;
 }
 
-/* Does @c's namespace take policy @p? Static reason in *@why if not. */
-static int ns_takes(const struct kv_client *c, const struct kv_ctx_policy *p,
+/* Tokens a dropping policy keeps (its sinks + window), else 0. */
+static uint64_t kept_tokens(const struct kv_ctx_policy *p)
+{
+	if (p->kind != KV_CTX_WINDOW && p->kind != KV_CTX_SINKS)
+		return 0;
+	return (uint64_t)p->sinks + p->window + !!(p->flags & KV_CTX_BOS_EXTRA);
+}
+
+/* Does @c's namespace take policy @p? The reason in *@why if not. */
+static int ns_check(const struct kv_client *c, const struct kv_ctx_policy *p,
 		    const char **why)
 {
-	int ret = kv_ctx_policy_check(p, c->max_context, why);
+	int ret;
 
-	if (ret)
-		return ret;
-	if (c->ctx_refused & (1U << p->kind)) {
-		*why = "the namespace's model does not support this policy (kvd.conf context_policies)";
-		return -EINVAL;
-	}
 	if (c->opaque && (p->kind == KV_CTX_WINDOW || p->kind == KV_CTX_SINKS ||
 			  (p->flags & KV_CTX_DROP_OLDEST))) {
 		*why = "an opaque namespace cannot be masked (window, sinks and truncate drop need kvd's layout)";
 		return -EINVAL;
 	}
+	ret = kv_ctx_policy_check(p, c->max_context, why);
+	if (ret)
+		return ret;
+	if (c->ctx_refused & (1U << p->kind)) {
+		*why = "the namespace's model does not support it (kvd.conf context_policies)";
+		return -EINVAL;
+	}
 	return 0;
+}
+
+/* As ns_check, the reason naming the policy, its figures, its source. */
+static int ns_takes(struct kv_client *c, const struct kv_ctx_policy *p,
+		    const char **why)
+{
+	const char *r = NULL;
+	char pol[64] = "?";
+	int ret = ns_check(c, p, &r);
+	uint64_t keep = kept_tokens(p);
+
+	if (!ret)
+		return 0;
+	kv_ctx_policy_format(p, pol, sizeof(pol));
+	if (c->max_context && keep > c->max_context)
+		snprintf(c->ctx_why, sizeof(c->ctx_why),
+			 "%s%s keeps %llu tokens, above max_context %u",
+			 p == &c->ctx_default ? "the namespace's default policy " : "",
+			 pol, (unsigned long long)keep, c->max_context);
+	else
+		snprintf(c->ctx_why, sizeof(c->ctx_why), "%s%s: %s",
+			 p == &c->ctx_default ? "the namespace's default policy " : "",
+			 pol, r ? r : "refused");
+	*why = c->ctx_why;
+	return ret;
 }
 
 static void set_commit_end(struct kv_seq *s, uint64_t end)
@@ -62,7 +97,7 @@ static void set_commit_end(struct kv_seq *s, uint64_t end)
 int __kv_seq_set_policy(struct kv_seq *s, const struct kv_ctx_policy *p,
 			const char **why)
 {
-	const struct kv_client *c = s->c;
+	struct kv_client *c = s->c;
 	uint32_t bt = c->block_tokens;
 	int ret;
 

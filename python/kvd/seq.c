@@ -111,7 +111,7 @@ PyObject *client_seq_open(client_object *self, PyObject *args, PyObject *kw)
 	ret = kv_seq_open_policy(self->c, tok, (size_t)nr, &ex, pp, &s);
 	Py_END_ALLOW_THREADS
 	if (ret)
-		raise_seq(self, ret, "kv_seq_open");
+		raise_seq(self, ret, "kv_seq_open_policy");
 	else
 		r = seq_wrap(self, s);
 	client_leave(self);

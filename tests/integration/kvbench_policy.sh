@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 # kvbench --policy all --quick against a kvd of our own: none and
 # truncate stop every sequence at max_context (none with -E2BIG), a
-# window of W keeps at most ceil(W / block_tokens) + 1 blocks per
+# window of W keeps at most ceil((W - 1) / block_tokens) + 1 blocks per
 # sequence and stops committing at its first drop, and the pool's peak
 # under window and sinks is far below none's. Then a short synthetic
 # replay: the token-granular bound is at least the block-granular one.
@@ -54,12 +54,13 @@ check "$P" "truncate (stop) did not stop every sequence at max_context" '
 	.kvbench.config.ns_max_context as $mc |
 	.policies[] | select(.policy == "truncate stop") |
 	.tokens_min == $mc and .tokens_max == $mc'
-check "$P" "window kept more than ceil(W / block_tokens) + 1 blocks" '
+check "$P" "window kept more than ceil((W - 1) / block_tokens) + 1 blocks" '
 	.kvbench.config.block_tokens as $bt |
 	.policies[] | select(.policy | startswith("window ")) |
 	(.policy | split(" ")[1] | tonumber) as $w |
 	.tokens_min == 64 + 4096 and
-	.peak_kept_blocks <= ((($w + $bt - 1) / $bt) | floor) + 1'
+	.peak_kept_blocks <= ((($w - 1 + $bt - 1) / $bt) | floor) + 1 and
+	.peak_kept_blocks <= .kept_bound'
 check "$P" "window and sinks: the pool peak is not far below none's" '
 	(.policies[] | select(.policy == "none") | .pool_peak_blocks) as $n |
 	$n >= 4 * 512 / 16 and

@@ -58,11 +58,11 @@ uint32_t kvb_lg_kept_bound(const struct kvb_opts *o,
 		if (!(p->flags & KV_CTX_DROP_OLDEST))
 			return (uint32_t)div_up(total < max_context ? total :
 						max_context, bt);
-		keep = div_up(max_context, bt) + 1;
+		keep = div_up(max_context - 1, bt) + 1;
 		break;
-	default:
+	default:	/* W tokens in a row span at most this many blocks */
 		head = p->sinks + !!(p->flags & KV_CTX_BOS_EXTRA);
-		keep = div_up(head, bt) + div_up(p->window, bt) + 1;
+		keep = div_up(head, bt) + div_up(p->window - 1, bt) + 1;
 		break;
 	}
 	return (uint32_t)(keep < all ? keep : all);

@@ -148,7 +148,7 @@ static void lg_summarize(const struct kvb_opts *o,
 static const struct kv_emit_col pol_cols[] = {
 	{ "policy",		"policy",	-22 },
 	{ "max_context",	"max ctx",	8 },
-	{ "tokens_min",		"tokens/seq",	11 },
+	{ "tokens_min",		"min tokens",	11 },
 	{ "tokens_max",		"max",		7 },
 	{ "e2big",		"E2BIG",	6 },
 	{ "peak_kept_blocks",	"kept/seq",	9 },
@@ -202,7 +202,7 @@ static void emit_config(struct kv_emit *e, const struct kvb_opts *o,
 	kv_emit_u64(e, "prompt_tokens", "prompt tokens", o->prompt_tokens);
 	kv_emit_u64(e, "gen_tokens", "tokens to generate", o->gen_tokens);
 	kv_emit_u64(e, "max_context", "max_context asked", o->max_context);
-	kv_emit_u64(e, "ns_max_context", "max_context of the namespace",
+	kv_emit_u64(e, "ns_max_context", "namespace max_context",
 		    nr ? runs[0].max_context : 0);
 	kv_emit_str(e, "model", "model", o->model);
 	kv_emit_u64(e, "layers", "layers", g.layers);

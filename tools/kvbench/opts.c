@@ -740,7 +740,8 @@ static int policy_add(struct kvb_opts *o, const char *s)
 /*
  * "all": the four kinds, in the order of the comparison: none, truncate
  * (stop), window W and sinks 4 W (StreamingLLM's four sinks), W a
- * quarter of max_context (1024 without one).
+ * quarter of max_context; without one W is 1024 and truncate, which
+ * needs one, is left out.
  */
 static int policy_all(struct kvb_opts *o)
 {
@@ -749,7 +750,8 @@ static int policy_all(struct kvb_opts *o)
 
 	snprintf(buf[0], sizeof(buf[0]), "window %u", w ? w : 1);
 	snprintf(buf[1], sizeof(buf[1]), "sinks 4 %u", w ? w : 1);
-	if (policy_add(o, "none") || policy_add(o, "truncate") ||
+	if (policy_add(o, "none") ||
+	    (o->max_context && policy_add(o, "truncate")) ||
 	    policy_add(o, buf[0]) || policy_add(o, buf[1]))
 		return -1;
 	return 0;
