@@ -442,10 +442,13 @@ static int seq_grow(struct kv_seq *s, uint64_t len, int *rel_err)
 		if (ret < 0)
 			return ret;
 	}
-	/* Out of the kept range: only this sequence's ref goes. */
-	*rel_err = drop ? release_ids(s->c, s->blocks + hb, drop) : 0;
-	memmove(s->blocks + hb, s->blocks + hb + drop,
-		(nr + fresh - hb - drop) * sizeof(*s->blocks));
+	/* Out of the kept range: only this sequence's ref goes. A drop
+	 * means the table reached past the head (nr > hb + drop - 1). */
+	if (drop) {
+		*rel_err = release_ids(s->c, s->blocks + hb, drop);
+		memmove(s->blocks + hb, s->blocks + hb + drop,
+			(nr + fresh - hb - drop) * sizeof(*s->blocks));
+	}
 	s->nr_blocks = nr + fresh - drop;
 	s->gap = gap;
 	return 0;

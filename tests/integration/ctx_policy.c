@@ -326,7 +326,12 @@ static void test_policies(void)
 		"sinks 1 1", "none", "truncate drop",
 	};
 	struct kv_client *c = connect_ctx("pol", MAX_CTX);
+	struct kv_client *u = connect_ctx("pol-unlimited", 0);
 
+	/* more sink blocks than the table has yet: no drop to make */
+	run_policy(u, "sinks 1000000 8", 1, 70, 7);
+	run_policy(u, "sinks 4294967000 8", 1, 40, 0);
+	kv_disconnect(u);
 	for (size_t i = 0; i < sizeof(pols) / sizeof(*pols); i++) {
 		run_policy(c, pols[i], 5, 200, 0);
 		run_policy(c, pols[i], 30, 230, 7);
