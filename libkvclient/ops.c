@@ -195,7 +195,7 @@ int __kv_failed(struct kv_client *c, const char *fn, int ret)
 		quota_text(c, fn);
 	else if (ret == -ENOSPC)
 		snprintf(c->last_error, sizeof(c->last_error),
-			 "%s: %s: every block of the pool is held, none cached to evict",
+			 "%s: %s: every block of the pool is held, or cached under a held one (eviction goes leaf first)",
 			 fn, strerror(ENOSPC));
 	else
 		snprintf(c->last_error, sizeof(c->last_error), "%s: %s", fn,

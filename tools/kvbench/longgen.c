@@ -502,6 +502,7 @@ static int lg_probe(const struct kvb_opts *o, struct kvb_lg_run *run,
 {
 	struct kv_pool_info pi;
 	uint64_t need;
+	uint32_t pinned;
 
 	if (kvb_connect(o, 0, mon, "cannot use kvd"))
 		return 2;
@@ -509,10 +510,16 @@ static int lg_probe(const struct kvb_opts *o, struct kvb_lg_run *run,
 	kv_pool_info(*mon, &pi);
 	run->kept_bound = kvb_lg_kept_bound(o, &run->policy,
 					    run->max_context);
-	need = (uint64_t)o->procs * o->seqs * run->kept_bound;
+	/* and the committed blocks a window drops while their children
+	 * are held: cached, but not evictable yet (leaf first) */
+	pinned = run->policy.flags & KV_CTX_DROP_OLDEST ? run->max_context :
+		 run->policy.window;
+	pinned = (uint32_t)div_up(pinned, o->geom.block_tokens);
+	need = (uint64_t)o->procs * o->seqs * (run->kept_bound + pinned);
 	if (need > pi.max_blocks) {
-		fprintf(stderr, "kvbench: %s: %u processes x %u sequences x up to %u blocks need %llu blocks; the pool holds %u blocks of %llu bytes (--private-kvd=SIZE, fewer --seqs or a smaller --max-context)\n",
-			run->name, o->procs, o->seqs, run->kept_bound,
+		fprintf(stderr, "kvbench: %s: %u processes x %u sequences x up to %u blocks (%u kept, %u committed and dropped) need %llu blocks; the pool holds %u blocks of %llu bytes (--private-kvd=SIZE, fewer --seqs or a smaller --max-context)\n",
+			run->name, o->procs, o->seqs,
+			run->kept_bound + pinned, run->kept_bound, pinned,
 			(unsigned long long)need, pi.max_blocks,
 			(unsigned long long)pi.block_bytes);
 		return 2;
