@@ -807,13 +807,19 @@ static int longgen_finish(struct kvb_opts *o)
 	if (private_kvd_check(o) || quant_setup(o))
 		return -1;
 	longgen_defaults(o);
-	if (o->max_context && o->prompt_tokens > o->max_context) {
-		fprintf(stderr, "kvbench: --prompt-tokens %u is above --max-context %u (none and truncate refuse such a prompt)\n",
+	if (policies_setup(o))
+		return -1;
+	for (unsigned i = 0; o->max_context && i < o->nr_policies; i++) {
+		const struct kv_ctx_policy *p = &o->policy[i];
+
+		if (o->prompt_tokens <= o->max_context ||
+		    p->kind == KV_CTX_WINDOW || p->kind == KV_CTX_SINKS ||
+		    (p->flags & KV_CTX_DROP_OLDEST))
+			continue;
+		fprintf(stderr, "kvbench: --prompt-tokens %u is above --max-context %u (none and truncate stop refuse such a prompt)\n",
 			o->prompt_tokens, o->max_context);
 		return -1;
 	}
-	if (policies_setup(o))
-		return -1;
 	if (!o->sample_given)
 		o->sample_ms = KVB_LG_SAMPLE_MS;
 	snprintf(o->mdl[0].id, sizeof(o->mdl[0].id), "%s", o->model);
