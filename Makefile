@@ -113,7 +113,8 @@ LIB_RPATH	:= -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..' \
 LIB_LINK	:= -L$(O) -lkvclient $(LIB_RPATH)
 KERNELS_LINK	:= -L$(O) -lkvkernels $(LIB_RPATH)
 
-$(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o $(O)/obj/tools/admin.o
+$(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o $(O)/obj/tools/admin.o \
+		$(O)/obj/libkvclient/ctx.o
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^
 

@@ -103,6 +103,9 @@ static int fill_ns(struct kvd *d, const struct kv_admin_req *req,
 		r[n].min_pages = ns->acct.min_pages;
 		r[n].max_pages = ns->acct.max_pages;
 		r[n].cached_blocks = ns->cached_blocks;
+		kvd_ns_ctx(d, ns->tenant, ns->model_id, ns->geom.dtype,
+			   &r[n].max_context, &r[n].ctx_refused,
+			   &r[n].ctx_default);
 		n++;
 	}
 	return n;

@@ -412,36 +412,53 @@ static void ns_put(struct kvd *d, struct kvd_ns *ns)
 }
 
 /*
- * The context settings of @c's namespace: its kvd.conf section as now
- * loaded, so a reload applies to each client that comes after it. kvd's
- * kernels cannot mask a foreign layout: an opaque namespace also refuses
- * window, sinks and truncate drop, and such a default falls back to none (said
- * when the namespace gets its first client, not at every HELLO).
+ * The context settings of a namespace (@tenant, @model_id, @dtype): its
+ * kvd.conf section as now loaded, so a reload applies to each client
+ * that comes after it. kvd's kernels cannot mask a foreign layout: an
+ * opaque namespace also refuses window, sinks and truncate drop, and
+ * such a default falls back to none (returns true then).
  */
+bool kvd_ns_ctx(const struct kvd *d, uint32_t tenant, const char *model_id,
+		uint32_t dtype, uint32_t *max_context, uint32_t *refused,
+		struct kv_ctx_policy *def)
+{
+	const struct kvd_quota_conf *q;
+
+	*max_context = *refused = 0;
+	memset(def, 0, sizeof(*def));
+	q = kvd_conf_quota(&d->conf, d->tenants[tenant].name, model_id);
+	if (q) {
+		*max_context = q->max_context;
+		*refused = q->ctx_refused;
+		*def = q->ctx_default;
+	}
+	if (dtype != KV_DTYPE_OPAQUE)
+		return false;
+	*refused |= 1U << KV_CTX_WINDOW | 1U << KV_CTX_SINKS;
+	/* truncate drop masks too; its kind (truncate stop) stays */
+	if (!(*refused >> def->kind & 1) &&
+	    !(def->flags & KV_CTX_DROP_OLDEST))
+		return false;
+	memset(def, 0, sizeof(*def));
+	return true;
+}
+
+/* WELCOME's context settings; a default dropped is said once, when the
+ * namespace gets its first client. */
 static void welcome_ctx(struct kvd *d, const struct kvd_client *c,
 			const struct kv_hello *h, struct kv_welcome *w)
 {
 	const struct kvd_quota_conf *q;
 	char pol[64];
 
+	if (!kvd_ns_ctx(d, (uint32_t)c->tenant, h->model_id, h->geom.dtype,
+			&w->max_context, &w->ctx_refused, &w->ctx_default))
+		return;
 	q = kvd_conf_quota(&d->conf, d->tenants[c->tenant].name, h->model_id);
-	if (q) {
-		w->max_context = q->max_context;
-		w->ctx_refused = q->ctx_refused;
-		w->ctx_default = q->ctx_default;
-	}
-	if (h->geom.dtype != KV_DTYPE_OPAQUE)
-		return;
-	w->ctx_refused |= 1U << KV_CTX_WINDOW | 1U << KV_CTX_SINKS;
-	/* truncate drop masks too; its kind (truncate stop) stays */
-	if (!(w->ctx_refused >> w->ctx_default.kind & 1) &&
-	    !(w->ctx_default.flags & KV_CTX_DROP_OLDEST))
-		return;
-	if (c->ns->nr_clients == 1 &&
-	    kv_ctx_policy_format(&w->ctx_default, pol, sizeof(pol)) >= 0)
+	if (q && c->ns->nr_clients == 1 &&
+	    kv_ctx_policy_format(&q->ctx_default, pol, sizeof(pol)) >= 0)
 		kvd_info("namespace %u (%s): context_policy %s needs kvd's masks, which an opaque dtype cannot have; its clients get none",
 			 c->ns->handle, c->ns->model_id, pol);
-	memset(&w->ctx_default, 0, sizeof(w->ctx_default));
 }
 
 static void hello(struct kvd *d, struct kvd_client *c, int len)

@@ -133,5 +133,13 @@ void kvd_clients_tick(struct kvd *d);
 /* Check a HELLO datagram of @len bytes: 0, or -errno with *why set. */
 int kvd_hello_check(struct kvd *d, const struct kv_hello *h, int len,
 		    const char **why);
+/*
+ * The context settings a client of namespace (@tenant, @model_id,
+ * @dtype) gets in WELCOME now: kvd.conf's max_context, refused kinds and
+ * default policy. True when an opaque dtype turned the default to none.
+ */
+bool kvd_ns_ctx(const struct kvd *d, uint32_t tenant, const char *model_id,
+		uint32_t dtype, uint32_t *max_context, uint32_t *refused,
+		struct kv_ctx_policy *def);
 
 #endif /* KVD_CLIENT_H */

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <kv/abi.h>
+#include <kv/kv.h>	/* kv_ctx_policy_format (libkvclient/ctx.c, linked in) */
 
 #include "admin.h"
 #include "emit.h"
@@ -373,14 +374,30 @@ static const struct kv_emit_col quota_cols[] = {
 	{ "ns", "NS", 3 }, { "tenant", "TENANT", 6 }, { "model", "MODEL", -24 },
 	{ "pages", "PAGES", 7 }, { "min_pages", "MIN", 7 }, { "max_pages", "MAX", 7 },
 	{ "blocks_used", "USED", 7 }, { "cached_blocks", "CACHED", 7 },
+	{ "max_context", "MAX_CTX", 8 }, { "context_policy", "POLICY", -16 },
+	{ "context_policies", "POLICIES", -24 },
 };
+
+/* The kinds a namespace takes, as kvd.conf's context_policies lists them. */
+static void ctx_kinds(char *buf, size_t len, uint32_t refused)
+{
+	static const char *const kinds[] = { "none", "truncate", "window",
+					     "sinks" };
+	size_t n = 0;
+
+	buf[0] = 0;
+	for (unsigned k = 0; k < ARRAY_LEN(kinds); k++)
+		if (!(refused & (1U << k)) && n < len)
+			n += (size_t)snprintf(buf + n, len - n, "%s%s",
+					      n ? "," : "", kinds[k]);
+}
 
 static void emit_ns_quota(struct kv_emit *e, const struct kv_admin_status *st,
 			  const struct kv_admin_ns *ns)
 {
 	kv_emit_table_begin(e, "namespaces", quota_cols, ARRAY_LEN(quota_cols));
 	for (uint32_t i = 0; i < st->nr_records; i++) {
-		char model[KV_MODEL_ID_MAX];
+		char model[KV_MODEL_ID_MAX], pol[64], kinds[40];
 
 		printable(model, ns[i].model_id);
 		kv_emit_row_begin(e);
@@ -392,6 +409,14 @@ static void emit_ns_quota(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_cell_u64(e, ns[i].max_pages);
 		kv_emit_cell_u64(e, ns[i].blocks_used);
 		kv_emit_cell_u64(e, ns[i].cached_blocks);
+		kv_emit_cell_u64(e, ns[i].max_context);
+		if (kv_ctx_policy_format(&ns[i].ctx_default, pol,
+					 sizeof(pol)) < 0)
+			snprintf(pol, sizeof(pol), "kind %u",
+				 ns[i].ctx_default.kind);
+		kv_emit_cell_str(e, pol);
+		ctx_kinds(kinds, sizeof(kinds), ns[i].ctx_refused);
+		kv_emit_cell_str(e, kinds);
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);

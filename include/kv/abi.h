@@ -522,6 +522,11 @@ struct kv_admin_ns {
 	__u32	min_pages;	/* quota, 0: none */
 	__u32	max_pages;	/* quota, 0: unlimited */
 	__u32	cached_blocks;
+	/* ABI 3.3: what a client of it connecting now gets (WELCOME) */
+	__u32	max_context;	/* kvd.conf's, tokens; 0: none */
+	__u32	ctx_refused;	/* 1 << kind of each policy refused */
+	struct kv_ctx_policy ctx_default;
+	__u32	resv;
 };
 
 struct kv_admin_client {

@@ -174,6 +174,15 @@ int main(void)
 	o = connect_ctx("win", 0, 1);		/* opaque: no masks */
 	expect_info(o, 128, 1U << KV_CTX_TRUNCATE | 1U << KV_CTX_SINKS |
 			    1U << KV_CTX_WINDOW, "none");
+	{	/* kvctl quota shows what a client connecting now gets */
+		char *js = t_kvctl(&k, "quota");
+
+		if (!strstr(js, "\"context_policy\": \"window 40\"") ||
+		    !strstr(js, "\"context_policies\": \"none,window\"") ||
+		    !strstr(js, "\"max_context\": 128"))
+			T_FAIL("kvctl quota --json: %s", js);
+		free(js);
+	}
 	x = connect_ctx("other", 0, 0);		/* no section: nothing */
 	expect_info(x, 0, 0, "none");
 	s = connect_ctx("snk", 0, 0);
