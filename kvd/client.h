@@ -75,6 +75,8 @@ struct kvd_client {
 	/* a CQE held back until the client has the extents it may name */
 	bool		cqe_deferred;
 	int32_t		def_res;
+	uint32_t	def_flags;
+	uint32_t	cqe_flags;	/* the CQE flags of the op just issued */
 	uint64_t	def_user_data;
 	uint64_t	t_accept_ns;
 	/*

@@ -455,6 +455,11 @@ const struct conf_key kvd_keys[KVD_NR_KEYS] = {
 		.max = SIZE_MAX_BYTES, .def = 1LL << 30,
 		.help = "pool bytes, with K, M, G or T (default 1G);\n"
 			"rounded down to 2 MiB pages" },
+	[KVD_KEY_HOST_TIER_SIZE] = { BOTH("host_tier_size", "host-tier-size",
+					  host_tier_bytes, set_size),
+		.arg = "SIZE", .min = 0, .max = SIZE_MAX_BYTES, .def = 0,
+		.help = "bytes of host memory behind the pool for the blocks\n"
+			"it evicts, brought back on a hit (default 0: off)" },
 	[KVD_KEY_SOCKET] = { BOTH("socket", "socket", socket, set_path),
 		.short_opt = 's', .arg = "PATH",
 		.help = "client socket (default $KVD_SOCKET, else\n"

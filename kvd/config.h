@@ -88,6 +88,8 @@ struct kvd_quota_conf {
 struct kvd_conf {
 	uint64_t	pool_bytes;	/* >= 2 MiB, not rounded */
 	bool		has_pool_bytes;
+	uint64_t	host_tier_bytes;	/* 0: no host tier */
+	bool		has_host_tier_bytes;
 	int		backend;	/* KV_BACKEND_HOST, _CUDA, KVD_BACKEND_AUTO */
 	bool		has_backend;
 	uint32_t	device;		/* cuda device ordinal, 0..255 */
@@ -181,6 +183,7 @@ enum kvd_key {
 	KVD_KEY_DEVICE,
 	KVD_KEY_EXPORT,
 	KVD_KEY_POOL_SIZE,
+	KVD_KEY_HOST_TIER_SIZE,
 	KVD_KEY_SOCKET,
 	KVD_KEY_SOCKET_MODE,		/* kvd.conf only */
 	KVD_KEY_ADMIN_SOCKET,
@@ -213,6 +216,7 @@ struct kvd_config {
 	int		device;		/* cuda device ordinal, 0..255 */
 	int		export_kind;	/* cuda: KV_EXPORT_VMM or _LEGACY, 0: vmm */
 	uint64_t	pool_bytes;	/* >= 2 MiB, not rounded */
+	uint64_t	host_tier_bytes;	/* 0: no host tier */
 	char		socket[KVD_CONF_PATH_MAX];	/* "": the default */
 	unsigned	socket_mode;
 	char		admin_socket[KVD_CONF_PATH_MAX];	/* "": beside it */

@@ -15,6 +15,7 @@
 #include "ns.h"
 #include "pool.h"
 #include "tenant.h"
+#include "tier.h"
 
 /* struct kvd_config, the configuration: config.h */
 
@@ -36,6 +37,7 @@ struct kvd {
 	void		*pool_map;	/* kvd's view of the pool (a device
 					 * address on cuda: never dereferenced) */
 	uint64_t	backed_bytes;	/* of it, backed by memory now */
+	struct kvd_tier	host_tier;	/* behind the pool (tier.c) */
 	int		*ext_fd;	/* [nr_extents] exported fds, -1: unbacked */
 	uint32_t	*ext_gen;	/* bumped each time an extent is backed */
 	uint32_t	*ext_idle;	/* ticks an extent has had no page in use */

@@ -520,7 +520,7 @@ int main(int argc, char **argv)
 	static struct kvd kvd;
 	struct kvd *d = &kvd;
 	char *sock_path = NULL, *admin_path = NULL, err[256];
-	const char *env;
+	const char *env, *why = NULL;
 	int ret = 1;
 
 	d->cfg.sq_budget = 64;
@@ -593,6 +593,13 @@ int main(int argc, char **argv)
 	}
 	if (pool_create(d))
 		goto out;
+	if (kvd_tiers_init(d, &why)) {
+		kvd_err("%s", why);
+		goto out;
+	}
+	if (d->cfg.host_tier_bytes)
+		kvd_info("host tier of %llu MiB behind the pool",
+			 (unsigned long long)(d->cfg.host_tier_bytes >> 20));
 	d->listen_fd = listen_on(sock_path, 0666, &d->sock_id);
 	if (d->listen_fd < 0)
 		goto out;
@@ -618,6 +625,7 @@ int main(int argc, char **argv)
 out:
 	unbind_path(sock_path, &d->sock_id);
 	unbind_path(admin_path, &d->admin_id);
+	kvd_tiers_exit(d);
 	kvd_extents_destroy(d);
 	kvd_cuda_close(d);
 	free(sock_path);

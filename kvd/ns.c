@@ -268,6 +268,11 @@ static void held_count(struct kvd_ns *ns, uint32_t id, int d)
 	ns->slabs[ns->blocks[id].slab].nr_held += (uint32_t)d;
 }
 
+struct kv_hash kvd_ns_key(const struct kvd_ns *ns, const struct kv_hash *h)
+{
+	return kvd_prefix_key(ns, h);
+}
+
 /*
  * A new block with one ref: free blocks first (a slab's free list, then a
  * new slab from the page pool), then the least recently used cached leaf
@@ -289,6 +294,7 @@ static int block_alloc(struct kvd_ns *ns, uint32_t *id)
 		if ((ret == -ENOSPC || ret == -EDQUOT) &&
 		    !kvd_prefix_evict_one(ns, id)) {
 			ns->blocks[*id].mark = true;
+			kvd_evicted(ns, *id);
 			goto take;
 		}
 		if (ret < 0)

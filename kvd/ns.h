@@ -186,6 +186,8 @@ int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		    const uint32_t *dst, uint32_t nr, bool copied);
 uint32_t kvd_ns_evict_all(struct kvd_ns *ns);
+/* The index key of client hash @h in @ns (its tenant key mixed in). */
+struct kv_hash kvd_ns_key(const struct kvd_ns *ns, const struct kv_hash *h);
 
 /* kvd/hold.c */
 void kvd_holder_init(struct kvd_holder *h, uint32_t slot);

@@ -18,6 +18,7 @@
 #define KVD_NS_INTERNAL_H
 
 #include "ns.h"
+#include "pool.h"
 
 /* Refs on one block, holds included: far from wrapping a u32. */
 #define KVD_REF_MAX		(1U << 30)
@@ -101,6 +102,16 @@ struct kvd_hold {
 	uint32_t	hnext;		/* hash bucket chain */
 	uint32_t	cprev, cnext;	/* the holder's list */
 };
+
+/*
+ * Block @id left the cache for reuse or reclaim, its bytes still there:
+ * a tier behind the pool may keep them (pool->on_evict, kvd/tier.c).
+ */
+static inline void kvd_evicted(struct kvd_ns *ns, uint32_t id)
+{
+	if (ns->pool && ns->pool->on_evict)
+		ns->pool->on_evict(ns->pool, ns, id, &ns->blocks[id].key);
+}
 
 /* kvd/prefix.c: (namespace, hash) -> committed block, and the LRU */
 int kvd_prefix_init(struct kvd_ns *ns);

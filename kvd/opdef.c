@@ -11,6 +11,7 @@
 #include "client.h"
 #include "daemon.h"
 #include "opdef.h"
+#include "tier.h"
 #include "tenant.h"
 
 struct kvd_op_def {
@@ -19,6 +20,7 @@ struct kvd_op_def {
 					 * entries, 4-byte ids or 40-byte commits */
 	uint32_t	args;		/* how many of args[] the op reads */
 	bool		waits;		/* KV_SQE_WAIT allowed (args[3]: ms) */
+	bool		lookups;	/* KV_SQE_POOL_ONLY allowed */
 	int		(*issue)(struct kvd *d, struct kvd_client *c,
 				 const struct kv_sqe *sqe);
 };
@@ -80,6 +82,24 @@ static int op_alloc(struct kvd *d, struct kvd_client *c,
 	return ret;
 }
 
+/*
+ * The hashes [@h, @nr) a request's pool lookup missed, from the tiers
+ * behind the pool (kvd/tier.c): how many came back, said in the CQE's
+ * flags too. @fresh: their blocks were allocated already.
+ */
+static uint32_t promote(struct kvd *d, struct kvd_client *c,
+			const struct kv_sqe *sqe, const struct kv_hash *hashes,
+			uint32_t h, uint32_t nr, bool fresh)
+{
+	uint32_t n;
+
+	if (sqe->flags & KV_SQE_POOL_ONLY)
+		return 0;
+	n = kvd_tier_promote(d, c, hashes, h, nr, SCRATCH_IDS(d), fresh);
+	c->cqe_flags = n;	/* host tier hits: KV_CQE_HOST_HITS */
+	return n;
+}
+
 /* LOOKUP: nr hashes at off; hit ids to args[0]. */
 static int op_lookup(struct kvd *d, struct kvd_client *c,
 		     const struct kv_sqe *sqe)
@@ -94,6 +114,8 @@ static int op_lookup(struct kvd *d, struct kvd_client *c,
 	if (!hashes)
 		return ret;
 	ret = kvd_ns_lookup(c->ns, &c->holder, hashes, sqe->nr, SCRATCH_IDS(d));
+	if (ret >= 0)
+		ret += promote(d, c, sqe, hashes, (uint32_t)ret, sqe->nr, false);
 	if (ret > 0)
 		memcpy(c->data + sqe->args[0], SCRATCH_IDS(d), (size_t)ret * 4);
 	return ret;
@@ -113,6 +135,9 @@ static int op_alloc_prefix(struct kvd *d, struct kvd_client *c,
 		return ret;
 	ret = kvd_ns_alloc_prefix(c->ns, &c->holder, hashes,
 				  (uint32_t)sqe->args[1], SCRATCH_IDS(d), sqe->nr);
+	if (ret >= 0)
+		ret += promote(d, c, sqe, hashes, (uint32_t)ret,
+			       (uint32_t)sqe->args[1], true);
 	if (ret >= 0)
 		memcpy(c->data + sqe->off, SCRATCH_IDS(d), (size_t)sqe->nr * 4);
 	return ret;
@@ -266,9 +291,10 @@ static const struct kvd_op_def kvd_op_defs[KV_OP__MAX] = {
 	[KV_OP_REF]	= { .name = "REF",	.elem = 4, .issue = op_ref },
 	[KV_OP_STATS]	= { .name = "STATS",	.issue = op_stats },
 	[KV_OP_LOOKUP]	= { .name = "LOOKUP",	.elem = 16, .args = 1,
-			    .issue = op_lookup },
+			    .lookups = true, .issue = op_lookup },
 	[KV_OP_ALLOC_PREFIX] = { .name = "ALLOC_PREFIX", .elem = 4, .args = 2,
-			    .waits = true, .issue = op_alloc_prefix },
+			    .waits = true, .lookups = true,
+			    .issue = op_alloc_prefix },
 	[KV_OP_COMMIT]	= { .name = "COMMIT",	.elem = sizeof(struct kv_commit),
 			    .args = 1, .issue = op_commit },
 	[KV_OP_COW]	= { .name = "COW",	.elem = 4, .waits = true,
@@ -326,7 +352,10 @@ int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 	def = &kvd_op_defs[sqe->opcode];
 	if (sqe->resv0 || sqe->resv1 || sqe->resv2)
 		return -EINVAL;
-	if (sqe->flags & ~(KV_SQE_WAIT | KV_SQE_LINK))
+	c->cqe_flags = 0;
+	if (sqe->flags & ~(KV_SQE_WAIT | KV_SQE_LINK | KV_SQE_POOL_ONLY))
+		return -EINVAL;
+	if ((sqe->flags & KV_SQE_POOL_ONLY) && !def->lookups)
 		return -EINVAL;
 	if (sqe->flags & KV_SQE_WAIT) {
 		if (!def->waits || !sqe->args[3] ||

@@ -28,6 +28,11 @@ struct kvd_pool {
 	uint32_t	*ext_used;	/* pages in use */
 	int		(*on_claim)(struct kvd_pool *pool, uint32_t ext,
 				    int32_t owner);
+	/* a committed block of @ns leaves the cache for reuse, its bytes
+	 * still in place and @key its index key: the tiers take it in
+	 * (kvd/tier.c); NULL: it is dropped */
+	void		(*on_evict)(struct kvd_pool *pool, struct kvd_ns *ns,
+				    uint32_t id, const struct kv_hash *key);
 	void		*priv;
 	/* every namespace slot, for reclaim across them (NULL: none) */
 	struct kvd_ns	*ns;

@@ -59,6 +59,7 @@ static uint32_t slab_evict(struct kvd_ns *ns, uint32_t s)
 			uint32_t p = ns->blocks[id].parent;
 
 			kvd_prefix_evict_leaf(ns, id);
+			kvd_evicted(ns, id);
 			kvd_slab_free_block(ns, id);	/* the last: sl goes */
 			left--;
 			n++;
@@ -431,6 +432,7 @@ uint32_t kvd_ns_evict_all(struct kvd_ns *ns)
 	uint32_t n = 0, id;
 
 	while (!kvd_prefix_evict_one(ns, &id)) {
+		kvd_evicted(ns, id);
 		kvd_slab_free_block(ns, id);
 		n++;
 	}

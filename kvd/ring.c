@@ -201,13 +201,14 @@ static bool cq_has_room(struct kvd_client *c)
 	return false;
 }
 
-static void post_cqe(struct kvd_client *c, uint64_t user_data, int res)
+static void post_cqe(struct kvd_client *c, uint64_t user_data, int res,
+		     uint32_t flags)
 {
 	struct kv_cqe *cqe = &c->cqes[c->cq_tail & (c->cq_entries - 1)];
 
 	cqe->user_data = user_data;
 	cqe->res = res;
-	cqe->flags = 0;
+	cqe->flags = res >= 0 ? flags : 0;
 	c->cq_tail++;
 }
 
@@ -253,9 +254,11 @@ static bool complete(struct kvd *d, struct kvd_client *c,
 		c->cqe_deferred = true;
 		c->def_user_data = sqe->user_data;
 		c->def_res = res;
+		c->def_flags = c->cqe_flags;
 		return false;
 	}
-	post_cqe(c, sqe->user_data, res);
+	post_cqe(c, sqe->user_data, res, c->cqe_flags);
+	c->cqe_flags = 0;
 	return true;
 }
 
@@ -399,7 +402,7 @@ int kvd_ring_process(struct kvd *d, struct kvd_client *c, uint32_t budget)
 		if (!kvd_extents_current(d, c))
 			return 0;
 		/* its CQ slot was free when the SQE was taken: still is */
-		post_cqe(c, c->def_user_data, c->def_res);
+		post_cqe(c, c->def_user_data, c->def_res, c->def_flags);
 		c->cqe_deferred = false;
 		posted++;
 	}

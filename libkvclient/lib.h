@@ -45,6 +45,7 @@ struct kv_client {
 	uint32_t	ctx_refused;	/* 1 << kind the namespace refuses */
 	struct kv_ctx_policy ctx_default;	/* kv_seq_open's policy */
 	char		ctx_why[192];	/* why a policy was refused (seq_ctx.c) */
+	uint32_t	last_cqe_flags;	/* of the last sync request (tier hits) */
 	int		hash_algo;
 	uint64_t	spin_ns;	/* poll window before sleeping (queue.c) */
 	uint64_t	spin_cur_ns;	/* the window now: halves when spinning

@@ -129,6 +129,7 @@ int __kv_sync_op(struct kv_client *c, struct kv_sqe *proto)
 	if (ret)
 		return ret;
 	ret = cqe->res;
+	c->last_cqe_flags = cqe->flags;
 	kv_cqe_seen(c, cqe);
 	return ret;
 }

@@ -226,6 +226,8 @@ static int seq_alloc_prompt(struct kv_seq *s)
 	s->nr_blocks = need;
 	s->nr_committed = (uint32_t)h;
 	s->hit_tokens = (uint64_t)h * bt;
+	s->host_hits = KV_CQE_HOST_HITS(s->c->last_cqe_flags);
+	s->disk_hits = KV_CQE_DISK_HITS(s->c->last_cqe_flags);
 	return 0;
 }
 
@@ -538,6 +540,8 @@ static int seq_fork(struct kv_seq *s, struct kv_seq **out)
 	memcpy(f->tail, s->tail, s->n_tail * sizeof(*f->tail));
 	f->len = s->len;
 	f->hit_tokens = s->hit_tokens;
+	f->host_hits = s->host_hits;
+	f->disk_hits = s->disk_hits;
 	f->nr_blocks = s->nr_blocks;
 	f->nr_hashed = s->nr_hashed;
 	f->nr_committed = s->nr_committed;
@@ -668,4 +672,18 @@ size_t kv_seq_len(const struct kv_seq *s)
 size_t kv_seq_hit_tokens(const struct kv_seq *s)
 {
 	return s ? s->hit_tokens : 0;
+}
+
+int kv_seq_hits(const struct kv_seq *s, struct kv_seq_hits *h)
+{
+	uint32_t all;
+
+	if (!s || !h)
+		return -EINVAL;
+	all = (uint32_t)(s->hit_tokens / s->c->block_tokens);
+	h->host = s->host_hits;
+	h->disk = s->disk_hits;
+	h->pool = all - h->host - h->disk;
+	h->resv = 0;
+	return 0;
 }

@@ -20,6 +20,8 @@ struct kv_seq {
 	struct kv_client *c;
 	uint64_t	len;		/* tokens */
 	uint64_t	hit_tokens;	/* KV already present at open */
+	uint32_t	host_hits;	/* of the hit blocks, from the host tier */
+	uint32_t	disk_hits;	/* and from the disk tier */
 	uint32_t	nr_blocks;	/* the block table's length */
 	uint32_t	cap;		/* of blocks[] and hashes[] */
 	kv_block_t	*blocks;	/* the block table: kept blocks */

@@ -19,7 +19,9 @@
 #define KV_ABI_MAJOR		3	/* 3: device pools (exports, COW) */
 #define KV_ABI_MINOR		3	/* 1: client leases, admin disconnect;
 					 * 2: opaque namespaces, boot_id;
-					 * 3: context policies in WELCOME */
+					 * 3: context policies in WELCOME,
+					 * the host tier (KV_SQE_POOL_ONLY,
+					 * tier hits in CQE flags) */
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -366,14 +368,27 @@ struct kv_sqe {
  */
 #define KV_SQE_WAIT		(1U << 0)
 #define KV_SQE_LINK		(1U << 1)
+/*
+ * KV_SQE_POOL_ONLY (ABI 3.3): LOOKUP and ALLOC_PREFIX hit the pool only;
+ * blocks in a tier behind it are not brought back for this request.
+ */
+#define KV_SQE_POOL_ONLY	(1U << 2)
 #define KV_WAIT_MAX_MS		3600000
 
-/* Completion entry, 16 bytes. res: count (ids, bytes) or -errno. */
+/*
+ * Completion entry, 16 bytes. res: count (ids, bytes) or -errno. flags:
+ * for LOOKUP and ALLOC_PREFIX, how many of the res hits came from a tier
+ * behind the pool (brought back for this request): KV_CQE_HOST_HITS and
+ * KV_CQE_DISK_HITS of it; 0 for every other opcode (ABI 3.3; 0 before).
+ */
 struct kv_cqe {
 	__u64	user_data;
 	__s32	res;
 	__u32	flags;
 };
+
+#define KV_CQE_HOST_HITS(flags)	((flags) & 0xffffU)
+#define KV_CQE_DISK_HITS(flags)	((flags) >> 16)
 
 /* Written by KV_OP_STATS: pool-wide and this client's/namespace's books. */
 struct kv_stats {

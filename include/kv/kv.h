@@ -400,6 +400,22 @@ const kv_block_t *kv_seq_block_table(const struct kv_seq *s, uint32_t *nr);
 size_t kv_seq_len(const struct kv_seq *s);
 size_t kv_seq_hit_tokens(const struct kv_seq *s);
 
+/* Where a kv_seq's prefix hits at open came from, in blocks. */
+struct kv_seq_hits {
+	uint32_t	pool;		/* already in the pool */
+	uint32_t	host;		/* brought back from the host tier */
+	uint32_t	disk;		/* brought back from the disk tier */
+	uint32_t	resv;
+};
+
+/*
+ * kv_seq_hits - *@h for @s: its kv_seq_hit_tokens() / block_tokens hit
+ * blocks split by where they were found (kvd's tiers, kvd.conf(5)
+ * host_tier_size; the CQE flags of its ALLOC_PREFIX). 0, or -EINVAL for
+ * NULL. A fork inherits its parent's.
+ */
+int kv_seq_hits(const struct kv_seq *s, struct kv_seq_hits *h);
+
 /*
  * Context overflow policies (struct kv_ctx_policy, enum kv_ctx_kind in
  * kv/abi.h; kv_seq_open_policy(3)). A kv_seq's tokens are those it was

@@ -1,0 +1,215 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The host tier behind the pool, with a real kvd: prompts that do not
+ * fit the pool are evicted into the tier and come back on a hit, every
+ * byte as it was written; kv_seq_hits says where each hit came from; a
+ * lookup with KV_SQE_POOL_ONLY brings nothing back, one without it
+ * does, and its CQE's flags count them; another model of the same
+ * geometry never gets them; a tier too small drops its coldest and
+ * serves nothing wrong; kvctl check holds throughout.
+ */
+#include <string.h>
+
+#include "harness.h"
+
+#define BT		16
+#define BLK		(32 << 10)	/* t_geom() */
+#define PROMPTS		10
+#define FULL		20		/* full blocks per prompt */
+#define NTOK		(FULL * BT + 1)
+
+static struct t_kvd k;
+
+static void tokens(uint32_t *t, uint32_t p)
+{
+	for (uint32_t i = 0; i < NTOK; i++)
+		t[i] = p * 100003u + i * 7919u + 1;
+}
+
+static uint8_t pattern(uint32_t p, uint32_t b, uint32_t i)
+{
+	return (uint8_t)(p * 131 + b * 17 + i * 7 + (i >> 9));
+}
+
+static void fill(struct kv_client *c, kv_block_t id, uint32_t p, uint32_t b)
+{
+	uint8_t *x = kv_block_ptr(c, id);
+
+	for (uint32_t i = 0; i < BLK; i++)
+		x[i] = pattern(p, b, i);
+}
+
+static int same(struct kv_client *c, kv_block_t id, uint32_t p, uint32_t b)
+{
+	const uint8_t *x = kv_block_ptr(c, id);
+
+	for (uint32_t i = 0; i < BLK; i++)
+		if (x[i] != pattern(p, b, i))
+			return 0;
+	return 1;
+}
+
+static void check_books(void)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "'%s' --admin-socket '%s' check >/dev/null",
+		 t_bin("kvctl"), k.admin);
+	T_EQ(system(cmd), 0);
+}
+
+/* Write and commit prompt @p, then close: its blocks cached. */
+static void write_prompt(struct kv_client *c, uint32_t p)
+{
+	uint32_t t[NTOK], nr;
+	const kv_block_t *tbl;
+	struct kv_seq *s;
+
+	tokens(t, p);
+	T_EQ(kv_seq_open(c, t, NTOK, NULL, &s), 0);
+	tbl = kv_seq_block_table(s, &nr);
+	for (uint32_t b = (uint32_t)(kv_seq_hit_tokens(s) / BT); b < nr; b++)
+		fill(c, tbl[b], p, b);
+	T_EQ(kv_seq_commit(s), 0);
+	T_EQ(kv_seq_close(s), 0);
+}
+
+/* Open prompt @p again: every full block a hit, its bytes intact. */
+static struct kv_seq_hits read_prompt(struct kv_client *c, uint32_t p)
+{
+	uint32_t t[NTOK], nr;
+	const kv_block_t *tbl;
+	struct kv_seq_hits h;
+	struct kv_seq *s;
+
+	tokens(t, p);
+	T_EQ(kv_seq_open(c, t, NTOK, NULL, &s), 0);
+	T_EQ(kv_seq_hits(s, &h), 0);
+	tbl = kv_seq_block_table(s, &nr);
+	for (uint32_t b = 0; b < kv_seq_hit_tokens(s) / BT; b++)
+		if (!same(c, tbl[b], p, b))
+			T_FAIL("prompt %u block %u: bytes differ (pool %u, host %u)",
+			       p, b, h.pool, h.host);
+	T_EQ(h.pool + h.host + h.disk, kv_seq_hit_tokens(s) / BT);
+	T_EQ(kv_seq_close(s), 0);
+	return h;
+}
+
+/* LOOKUP of prompt @p's hashes, with or without KV_SQE_POOL_ONLY. */
+static int lookup(struct kv_client *c, uint32_t p, int pool_only,
+		  uint32_t *host)
+{
+	uint32_t t[NTOK];
+	struct kv_hash *h = kv_data_ptr(c, 0, FULL * sizeof(*h));
+	kv_block_t *ids = kv_data_ptr(c, 4096, FULL * sizeof(*ids));
+	struct kv_sqe *sqe;
+	struct kv_cqe *cqe;
+	int res;
+
+	tokens(t, p);
+	T_EQ(kv_hash_blocks(0, NULL, 0, t, NTOK, BT, NULL, h), FULL);
+	sqe = kv_get_sqe(c);
+	T_ASSERT(sqe);
+	kv_prep_lookup(sqe, 0, FULL, 4096);
+	if (pool_only)
+		sqe->flags |= KV_SQE_POOL_ONLY;
+	T_EQ(kv_submit_and_wait(c, 1), 1);
+	T_EQ(kv_wait_cqe(c, &cqe), 0);
+	res = cqe->res;
+	*host = KV_CQE_HOST_HITS(cqe->flags);
+	T_EQ(KV_CQE_DISK_HITS(cqe->flags), 0);
+	kv_cqe_seen(c, cqe);
+	for (int i = 0; i < res; i++)
+		T_ASSERT(same(c, ids[i], p, (uint32_t)i));
+	if (res > 0)
+		T_EQ(kv_release(c, ids, (unsigned)res), res);
+	return res;
+}
+
+static void test_round_trip(void)
+{
+	struct kv_client *c, *o;
+	uint32_t host_total = 0, host;
+	int n;
+
+	T_EQ(t_connect(&k, "tiered", NULL, &c), 0);
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		write_prompt(c, p);
+	check_books();
+	/* 200 blocks in a 128-block pool: the first prompts left it */
+	for (uint32_t p = 0; p < PROMPTS; p++) {
+		struct kv_seq_hits h = read_prompt(c, p);
+
+		T_EQ(h.pool + h.host, FULL);
+		host_total += h.host;
+	}
+	T_ASSERT(host_total > 0);
+	check_books();
+
+	/* pool only: fewer hits; then the tier brings the rest back */
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		write_prompt(c, p + 100);	/* push prompt 0 out again */
+	n = lookup(c, 0, 1, &host);
+	T_EQ(host, 0);
+	T_ASSERT(n < FULL);
+	T_EQ(lookup(c, 0, 0, &host), FULL);
+	T_EQ(host, FULL - n);
+	check_books();
+
+	/* another model, same geometry and tokens: nothing of "tiered"
+	 * (its pool blocks evicted first, into the tier, so that the other
+	 * model has pages: kvctl evict demotes too) */
+	free(t_kvctl(&k, "evict"));
+	T_EQ(t_connect(&k, "other-model", NULL, &o), 0);
+	for (uint32_t p = 0; p < PROMPTS; p++) {
+		uint32_t t[NTOK];
+		struct kv_seq *s;
+
+		tokens(t, p);
+		T_EQ(kv_seq_open(o, t, NTOK, NULL, &s), 0);
+		T_EQ(kv_seq_hit_tokens(s), 0);
+		T_EQ(kv_seq_close(s), 0);
+	}
+	kv_disconnect(o);
+	/* and "tiered" still has all of it, from the tier */
+	T_EQ(read_prompt(c, 0).host + read_prompt(c, 1).host > 0, 1);
+	kv_disconnect(c);
+	check_books();
+}
+
+/* A tier of 40 blocks: its coldest go, nothing wrong comes back. */
+static void test_small_tier(void)
+{
+	struct kv_client *c;
+	uint32_t missed = 0, host_total = 0;
+
+	t_kvd_start(&k, "4M", "--host-tier-size", "1280K", NULL);
+	T_EQ(t_connect(&k, "tiered", NULL, &c), 0);
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		write_prompt(c, p);
+	/* newest first: the pool's, then the tier's 40, then misses */
+	for (uint32_t p = PROMPTS; p--; ) {
+		struct kv_seq_hits h = read_prompt(c, p);	/* bytes checked */
+
+		T_ASSERT(h.host <= 40);
+		host_total += h.host;
+		missed += FULL - h.pool - h.host;
+	}
+	T_ASSERT(host_total > 0);
+	T_ASSERT(missed > 0);		/* 200 blocks, 128 + 40 kept */
+	check_books();
+	kv_disconnect(c);
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
+}
+
+int main(void)
+{
+	t_kvd_start(&k, "4M", "--host-tier-size", "16M", NULL);
+	test_round_trip();
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
+	test_small_tier();
+	printf("tier_host: ok\n");
+	return 0;
+}
