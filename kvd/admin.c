@@ -251,7 +251,41 @@ static int fill_check(struct kvd *d, const struct kv_admin_req *req,
 			kvd_err("namespace %u: books broken: %s", r[n].ns_id, why);
 		n++;
 	}
+	if (d->host_tier.cap_bytes && n < KV_ADMIN_MAX_RECORDS) {
+		const char *why = "";
+
+		memset(&r[n], 0, sizeof(r[n]));
+		r[n].ns_id = KV_ADMIN_CHECK_TIERS;
+		r[n].status = kvd_tier_check(d, &why);
+		snprintf(r[n].why, sizeof(r[n].why), "%s", why);
+		if (r[n].status)
+			kvd_err("tiers: books broken: %s", why);
+		n++;
+	}
 	return n;
+}
+
+/* The tiers behind the pool: one record each (none when off). */
+static int fill_tiers(struct kvd *d, const struct kv_admin_req *req,
+		      struct kv_admin_status *st, void *buf)
+{
+	const struct kvd_tier *t = &d->host_tier;
+	struct kv_admin_tier *r = buf;
+
+	if (!t->cap_bytes)
+		return 0;
+	memset(r, 0, sizeof(*r));
+	snprintf(r->name, sizeof(r->name), "host");
+	r->cap_bytes = t->cap_bytes;
+	r->used_bytes = t->used_bytes;
+	r->blocks = t->nr_entries;
+	r->demotions = t->demotions;
+	r->promotions = t->promotions;
+	r->lookups = t->lookups;
+	r->drops = t->drops;
+	r->corrupt = t->corrupt;
+	r->replaced = t->replaced;
+	return 1;
 }
 
 static int fill_tenants(struct kvd *d, const struct kv_admin_req *req,
@@ -313,6 +347,7 @@ static const struct admin_cmd admin_cmds[] = {
 	CMD(KV_ADMIN_RELOAD,	"reload",	fill_reload,	struct kv_admin_msg),
 	CMD(KV_ADMIN_TENANTS,	"tenants",	fill_tenants,	struct kv_admin_tenant),
 	CMD(KV_ADMIN_DISCONNECT, "disconnect",	fill_disconnect, struct kv_admin_client),
+	CMD(KV_ADMIN_TIERS,	"tiers",	fill_tiers,	struct kv_admin_tier),
 };
 
 /* The command of a well-formed request, or NULL with st->status set. */

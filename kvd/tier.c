@@ -194,11 +194,14 @@ static void tier_demote(struct kvd_pool *pool, struct kvd_ns *ns, uint32_t id,
 	};
 	link_entry(t, s);
 	t->demotions++;
+	if (t->fault_corrupt && t->demotions % t->fault_corrupt == 0)
+		((uint8_t *)data)[bytes / 2] ^= 0x5a;	/* the test's fault */
 }
 
 int kvd_tiers_init(struct kvd *d, const char **why)
 {
 	struct kvd_tier *t = &d->host_tier;
+	const char *fault;
 	uint64_t nb = 1;
 
 	memset(t, 0, sizeof(*t));
@@ -226,6 +229,12 @@ int kvd_tiers_init(struct kvd *d, const char **why)
 		t->free_slot = s;
 	}
 	t->cap_bytes = d->cfg.host_tier_bytes;
+	fault = getenv("KVD_FAULT_TIER_CORRUPT");
+	if (fault && *fault) {
+		t->fault_corrupt = (uint32_t)strtoul(fault, NULL, 10);
+		kvd_warn("KVD_FAULT_TIER_CORRUPT=%u: the host tier corrupts blocks on purpose (tests only)",
+			 t->fault_corrupt);
+	}
 	d->pool.on_evict = tier_demote;
 	return 0;
 }

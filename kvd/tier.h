@@ -55,6 +55,9 @@ struct kvd_tier {
 	uint64_t	drops;		/* dropped for room */
 	uint64_t	corrupt;	/* dropped: checksum mismatch */
 	uint64_t	replaced;	/* taken in again under the same key */
+	/* $KVD_FAULT_TIER_CORRUPT=N, for tests: one byte of every Nth
+	 * block taken in is flipped after its checksum (0: never) */
+	uint32_t	fault_corrupt;
 };
 
 /*

@@ -184,6 +184,69 @@ static struct kv_admin_prefix prefix_of(const struct kv_admin_status *p,
 	return none;
 }
 
+static const struct kv_emit_col tier_cols[] = {
+	{ "tier", "TIER", -6 }, { "cap_bytes", "CAP_B", 12 },
+	{ "used_bytes", "USED_B", 12 }, { "blocks", "BLOCKS", 8 },
+	{ "demotions", "DEMOTED", 9 }, { "promotions", "PROMOTED", 9 },
+	{ "demotions_per_s", "DEM/S", 9 }, { "promotions_per_s", "PROM/S", 9 },
+	{ "lookups", "LOOKUPS", 9 }, { "drops", "DROPPED", 9 },
+	{ "corrupt", "CORRUPT", 8 }, { "errors", "ERRORS", 7 },
+};
+
+/* The tiers table of a KV_ADMIN_TIERS reply @t; rates over @uptime_ms. */
+static void emit_tiers(struct kv_emit *e, const struct kv_admin_status *st,
+		       const struct kv_admin_tier *t, uint64_t uptime_ms)
+{
+	double s = uptime_ms ? uptime_ms / 1e3 : 1;
+
+	kv_emit_table_begin(e, "tiers", tier_cols, ARRAY_LEN(tier_cols));
+	for (uint32_t i = 0; i < st->nr_records; i++) {
+		char name[sizeof(t[i].name) + 1] = "";
+
+		memcpy(name, t[i].name, sizeof(t[i].name));
+		kv_emit_row_begin(e);
+		kv_emit_cell_str(e, name);
+		kv_emit_cell_u64(e, t[i].cap_bytes);
+		kv_emit_cell_u64(e, t[i].used_bytes);
+		kv_emit_cell_u64(e, t[i].blocks);
+		kv_emit_cell_u64(e, t[i].demotions);
+		kv_emit_cell_u64(e, t[i].promotions);
+		kv_emit_cell_f64(e, t[i].demotions / s);
+		kv_emit_cell_f64(e, t[i].promotions / s);
+		kv_emit_cell_u64(e, t[i].lookups);
+		kv_emit_cell_u64(e, t[i].drops);
+		kv_emit_cell_u64(e, t[i].corrupt);
+		kv_emit_cell_u64(e, t[i].errors);
+		kv_emit_row_end(e);
+	}
+	kv_emit_table_end(e);
+}
+
+static int kvctl_cmd_tiers(struct kv_emit *e, const struct kvctl_reply *r)
+{
+	emit_tiers(e, r->st, r->rec, 0);
+	return 0;
+}
+
+/* kvctl status: the tiers table too, when kvd has any. */
+static void status_tiers(struct kv_emit *e, const char *path,
+			 uint64_t uptime_ms)
+{
+	struct kv_admin_status *p = calloc(1, REPLY_MAX);
+	ssize_t n;
+
+	if (!p)
+		return;
+	n = kv_admin_call(path, KV_ADMIN_TIERS, 0, 0, p);
+	if (n >= (ssize_t)sizeof(*p) && p->magic == KV_MAGIC &&
+	    p->type == KV_MSG_ADMIN_REPLY && !p->status && p->nr_records &&
+	    p->nr_records <= KV_ADMIN_MAX_RECORDS &&
+	    sizeof(*p) + p->nr_records * sizeof(struct kv_admin_tier) <=
+	    (size_t)n)
+		emit_tiers(e, p, (const void *)(p + 1), uptime_ms);
+	free(p);
+}
+
 static int kvctl_cmd_status(struct kv_emit *e, const struct kvctl_reply *r)
 {
 	const struct kv_admin_status *st = r->st;
@@ -231,6 +294,7 @@ static int kvctl_cmd_status(struct kv_emit *e, const struct kvctl_reply *r)
 	}
 	kv_emit_table_end(e);
 	free(books);
+	status_tiers(e, r->path, st->uptime_ms);
 	return 0;
 }
 
@@ -311,7 +375,7 @@ static int kvctl_cmd_prefix_tree(struct kv_emit *e,
 }
 
 static const struct kv_emit_col check_cols[] = {
-	{ "ns", "NS", 3 }, { "ok", "OK", 3 }, { "why", "PROBLEM", -40 },
+	{ "ns", "NS", 5 }, { "ok", "OK", 3 }, { "why", "PROBLEM", -40 },
 };
 
 /* Exit 1 if a namespace is broken. */
@@ -329,7 +393,10 @@ static int kvctl_cmd_check(struct kv_emit *e, const struct kvctl_reply *r)
 		why[sizeof(why) - 1] = 0;
 		bad += c[i].status != 0;
 		kv_emit_row_begin(e);
-		kv_emit_cell_u64(e, c[i].ns_id);
+		if (c[i].ns_id == KV_ADMIN_CHECK_TIERS)
+			kv_emit_cell_str(e, "tiers");
+		else
+			kv_emit_cell_u64(e, c[i].ns_id);
 		kv_emit_cell_bool(e, !c[i].status);
 		kv_emit_cell_str(e, c[i].status ? why : "-");
 		kv_emit_row_end(e);
@@ -611,7 +678,10 @@ static const struct kvctl_cmd cmds[] = {
 	    "re-read kvd.conf: tenants and quotas, clients stay"),
 	CMD(check, NULL, 0, KV_ADMIN_CHECK, struct kv_admin_check,
 	    "verify every namespace's books (free/held/cached, refs,\n"
-	    "LRU, index); exit 1 if any is broken"),
+	    "LRU, index) and the tiers'; exit 1 if any is broken"),
+	CMD(tiers, NULL, 0, KV_ADMIN_TIERS, struct kv_admin_tier,
+	    "the tiers behind the pool: bytes, blocks, demotions,\n"
+	    "promotions, drops, checksum failures"),
 	{ .name = "evict", .args = "[--ns N]", .opts = OPT_NS,
 	  .code = KV_ADMIN_EVICT, .rec = sizeof(struct kv_admin_prefix),
 	  .run = kvctl_cmd_prefix,

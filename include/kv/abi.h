@@ -448,6 +448,8 @@ enum {
 					 * reply: kv_admin_status + the
 					 * kv_admin_client it was; -ENOENT
 					 * for no live client of that id */
+	KV_ADMIN_TIERS		= 10,	/* reply: kv_admin_status + kv_admin_tier[]
+					 * (ABI 3.3) */
 };
 
 /* A line of text (KV_ADMIN_RELOAD: what was applied, or why not). */
@@ -468,6 +470,26 @@ struct kv_admin_tenant {
 	__u32	max_pages;
 	__u64	resv[2];
 };
+
+/* One tier behind the pool (kvctl status, kvctl tiers). */
+struct kv_admin_tier {
+	char	name[16];	/* "host" */
+	__u64	cap_bytes;	/* 0: off */
+	__u64	used_bytes;
+	__u64	blocks;		/* entries held */
+	/* since kvd started */
+	__u64	demotions;	/* blocks taken in from the pool */
+	__u64	promotions;	/* blocks brought back into the pool */
+	__u64	lookups;	/* lookups that asked it */
+	__u64	drops;		/* dropped for room */
+	__u64	corrupt;	/* dropped: checksum mismatch */
+	__u64	replaced;	/* taken in again under the same key */
+	__u64	errors;		/* I/O errors (a disk tier) */
+	__u64	resv[2];
+};
+
+/* kv_admin_check.ns_id of the record for the tiers' own books. */
+#define KV_ADMIN_CHECK_TIERS	0xffffffffU
 
 /* The invariant check of one namespace's books (kvctl check). */
 struct kv_admin_check {
@@ -670,6 +692,7 @@ KV_STATIC_ASSERT(sizeof(struct kv_welcome) % 8 == 0, "kv_welcome");
 KV_STATIC_ASSERT(offsetof(struct kv_welcome, ipc_handle) % 8 == 0, "kv_welcome.ipc_handle");
 KV_STATIC_ASSERT(sizeof(struct kv_extent_msg) == 40, "kv_extent_msg");
 KV_STATIC_ASSERT(sizeof(struct kv_ctx_policy) == 16, "kv_ctx_policy");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_tier) == 112, "kv_admin_tier");
 KV_STATIC_ASSERT(KV_WELCOME_SIZE_3_2 % 8 == 0, "kv_welcome 3.2");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_ns) % 8 == 0, "kv_admin_ns");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_client) % 8 == 0, "kv_admin_client");

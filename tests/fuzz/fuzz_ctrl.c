@@ -358,6 +358,8 @@ static size_t record_bytes(uint32_t cmd)
 		return sizeof(struct kv_admin_msg);
 	case KV_ADMIN_TENANTS:
 		return sizeof(struct kv_admin_tenant);
+	case KV_ADMIN_TIERS:
+		return sizeof(struct kv_admin_tier);
 	}
 	return 0;
 }

@@ -6,9 +6,13 @@
  * lookup with KV_SQE_POOL_ONLY brings nothing back, one without it
  * does, and its CQE's flags count them; another model of the same
  * geometry never gets them; a tier too small drops its coldest and
- * serves nothing wrong; kvctl check holds throughout.
+ * serves nothing wrong; a block corrupted in the tier is dropped, not
+ * served; kvctl check holds throughout.
  */
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -203,6 +207,80 @@ static void test_small_tier(void)
 	t_cleanup_dir(&k);
 }
 
+/*
+ * Blocks corrupted in the tier (KVD_FAULT_TIER_CORRUPT: one in 7 taken
+ * in has a byte flipped after its checksum): each is dropped when it
+ * would come back, never served; kvctl tiers counts them.
+ */
+static void test_corrupt(void)
+{
+	struct kv_client *c;
+	char *js;
+
+	setenv("KVD_FAULT_TIER_CORRUPT", "7", 1);
+	t_kvd_start(&k, "4M", "--host-tier-size", "16M", NULL);
+	unsetenv("KVD_FAULT_TIER_CORRUPT");
+	T_EQ(t_connect(&k, "tiered", NULL, &c), 0);
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		write_prompt(c, p);
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		read_prompt(c, p);	/* every byte served checked */
+	js = t_kvctl(&k, "tiers");
+	T_ASSERT(t_json_int(js, "corrupt") > 0);
+	T_ASSERT(t_json_int(js, "promotions") > 0);
+	free(js);
+	check_books();
+	kv_disconnect(c);
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
+}
+
+/*
+ * Four processes share a prompt set in a pool far too small for it: each
+ * writes, reads and checks its own prompts and the common ones, so
+ * promotions race evictions and other promotions of the same blocks.
+ */
+static void test_concurrent(void)
+{
+	pid_t pid[4];
+	int st;
+
+	t_kvd_start(&k, "4M", "--host-tier-size", "32M", NULL);
+	for (int w = 0; w < 4; w++) {
+		pid[w] = fork();
+		T_ASSERT(pid[w] >= 0);
+		if (pid[w] == 0) {
+			struct kv_client *c;
+
+			if (t_connect(&k, "tiered", NULL, &c))
+				_exit(2);
+			for (uint32_t r = 0; r < 3; r++)
+				for (uint32_t p = 0; p < PROMPTS; p++) {
+					uint32_t q = p % 2 ? p : 1000 + w * 100 + p;
+
+					write_prompt(c, q);
+					read_prompt(c, (q + 3) % PROMPTS);
+				}
+			kv_disconnect(c);
+			_exit(0);
+		}
+	}
+	for (int w = 0; w < 4; w++) {
+		T_EQ(waitpid(pid[w], &st, 0), pid[w]);
+		T_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	check_books();
+	{
+		char *js = t_kvctl(&k, "tiers");
+
+		T_ASSERT(t_json_int(js, "promotions") > 0);
+		T_ASSERT(t_json_int(js, "demotions") > 0);
+		free(js);
+	}
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
+}
+
 int main(void)
 {
 	t_kvd_start(&k, "4M", "--host-tier-size", "16M", NULL);
@@ -210,6 +288,8 @@ int main(void)
 	t_kvd_stop(&k);
 	t_cleanup_dir(&k);
 	test_small_tier();
+	test_corrupt();
+	test_concurrent();
 	printf("tier_host: ok\n");
 	return 0;
 }
