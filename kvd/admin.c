@@ -251,7 +251,8 @@ static int fill_check(struct kvd *d, const struct kv_admin_req *req,
 			kvd_err("namespace %u: books broken: %s", r[n].ns_id, why);
 		n++;
 	}
-	if (d->host_tier.cap_bytes && n < KV_ADMIN_MAX_RECORDS) {
+	if ((d->host_tier.cap_bytes || d->disk_tier.cap_bytes) &&
+	    n < KV_ADMIN_MAX_RECORDS) {
 		const char *why = "";
 
 		memset(&r[n], 0, sizeof(r[n]));
@@ -269,23 +270,31 @@ static int fill_check(struct kvd *d, const struct kv_admin_req *req,
 static int fill_tiers(struct kvd *d, const struct kv_admin_req *req,
 		      struct kv_admin_status *st, void *buf)
 {
-	const struct kvd_tier *t = &d->host_tier;
+	const struct kvd_tier *tiers[] = { &d->host_tier, &d->disk_tier };
+	static const char *const names[] = { "host", "disk" };
 	struct kv_admin_tier *r = buf;
+	int n = 0;
 
-	if (!t->cap_bytes)
-		return 0;
-	memset(r, 0, sizeof(*r));
-	snprintf(r->name, sizeof(r->name), "host");
-	r->cap_bytes = t->cap_bytes;
-	r->used_bytes = t->used_bytes;
-	r->blocks = t->nr_entries;
-	r->demotions = t->demotions;
-	r->promotions = t->promotions;
-	r->lookups = t->lookups;
-	r->drops = t->drops;
-	r->corrupt = t->corrupt;
-	r->replaced = t->replaced;
-	return 1;
+	for (int i = 0; i < 2; i++) {
+		const struct kvd_tier *t = tiers[i];
+
+		if (!t->cap_bytes)
+			continue;
+		memset(&r[n], 0, sizeof(r[n]));
+		snprintf(r[n].name, sizeof(r[n].name), "%s", names[i]);
+		r[n].cap_bytes = t->cap_bytes;
+		r[n].used_bytes = t->used_bytes;
+		r[n].blocks = t->nr_entries;
+		r[n].demotions = t->demotions;
+		r[n].promotions = t->promotions;
+		r[n].lookups = t->lookups;
+		r[n].drops = t->drops + (t->disk ? t->disk->busy : 0);
+		r[n].corrupt = t->corrupt;
+		r[n].replaced = t->replaced;
+		r[n].errors = t->disk ? t->disk->errors : 0;
+		n++;
+	}
+	return n;
 }
 
 static int fill_tenants(struct kvd *d, const struct kv_admin_req *req,

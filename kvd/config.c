@@ -460,6 +460,15 @@ const struct conf_key kvd_keys[KVD_NR_KEYS] = {
 		.arg = "SIZE", .min = 0, .max = SIZE_MAX_BYTES, .def = 0,
 		.help = "bytes of host memory behind the pool for the blocks\n"
 			"it evicts, brought back on a hit (default 0: off)" },
+	[KVD_KEY_DISK_TIER_SIZE] = { BOTH("disk_tier_size", "disk-tier-size",
+					  disk_tier_bytes, set_size),
+		.arg = "SIZE", .min = 0, .max = SIZE_MAX_BYTES, .def = 0,
+		.help = "bytes of disk behind the host tier, in\n"
+			"--disk-tier-path (default 0: off)" },
+	[KVD_KEY_DISK_TIER_PATH] = { BOTH("disk_tier_path", "disk-tier-path",
+					  disk_tier_path, set_path),
+		.arg = "PATH",
+		.help = "the disk tier's file (created) or block device" },
 	[KVD_KEY_SOCKET] = { BOTH("socket", "socket", socket, set_path),
 		.short_opt = 's', .arg = "PATH",
 		.help = "client socket (default $KVD_SOCKET, else\n"

@@ -90,6 +90,10 @@ struct kvd_conf {
 	bool		has_pool_bytes;
 	uint64_t	host_tier_bytes;	/* 0: no host tier */
 	bool		has_host_tier_bytes;
+	uint64_t	disk_tier_bytes;	/* 0: no disk tier */
+	bool		has_disk_tier_bytes;
+	char		disk_tier_path[KVD_CONF_PATH_MAX];
+	bool		has_disk_tier_path;
 	int		backend;	/* KV_BACKEND_HOST, _CUDA, KVD_BACKEND_AUTO */
 	bool		has_backend;
 	uint32_t	device;		/* cuda device ordinal, 0..255 */
@@ -184,6 +188,8 @@ enum kvd_key {
 	KVD_KEY_EXPORT,
 	KVD_KEY_POOL_SIZE,
 	KVD_KEY_HOST_TIER_SIZE,
+	KVD_KEY_DISK_TIER_SIZE,
+	KVD_KEY_DISK_TIER_PATH,
 	KVD_KEY_SOCKET,
 	KVD_KEY_SOCKET_MODE,		/* kvd.conf only */
 	KVD_KEY_ADMIN_SOCKET,
@@ -217,6 +223,8 @@ struct kvd_config {
 	int		export_kind;	/* cuda: KV_EXPORT_VMM or _LEGACY, 0: vmm */
 	uint64_t	pool_bytes;	/* >= 2 MiB, not rounded */
 	uint64_t	host_tier_bytes;	/* 0: no host tier */
+	uint64_t	disk_tier_bytes;	/* 0: no disk tier */
+	char		disk_tier_path[KVD_CONF_PATH_MAX];	/* the file */
 	char		socket[KVD_CONF_PATH_MAX];	/* "": the default */
 	unsigned	socket_mode;
 	char		admin_socket[KVD_CONF_PATH_MAX];	/* "": beside it */

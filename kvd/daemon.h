@@ -38,6 +38,7 @@ struct kvd {
 					 * address on cuda: never dereferenced) */
 	uint64_t	backed_bytes;	/* of it, backed by memory now */
 	struct kvd_tier	host_tier;	/* behind the pool (tier.c) */
+	struct kvd_tier	disk_tier;	/* behind it (tier_disk.c) */
 	int		*ext_fd;	/* [nr_extents] exported fds, -1: unbacked */
 	uint32_t	*ext_gen;	/* bumped each time an extent is backed */
 	uint32_t	*ext_idle;	/* ticks an extent has had no page in use */

@@ -29,6 +29,7 @@
 #include "daemon.h"
 #include "extent.h"
 #include "loop.h"
+#include "tier.h"
 #include "loop_ev.h"
 #include "ring.h"
 
@@ -274,6 +275,9 @@ static bool kvd_loop_complete(struct kvd *d, uint64_t user_data, int res,
 	case KVD_EV_ADMIN_RECV:
 		if (slot < KVD_MAX_ADMIN && d->adm[slot].gen == gen)
 			kvd_admin_recv_done(d, slot, res);
+		break;
+	case KVD_EV_TIER:
+		kvd_tier_io_done(d, res);
 		break;
 	default:
 		break;		/* KVD_LOOP_UD_NONE: a backend's own op */

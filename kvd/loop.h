@@ -89,6 +89,7 @@ int kvd_loop_run(struct kvd *d);
 int kvd_loop_arm_accept(struct kvd *d, int type);
 int kvd_loop_arm_signal(struct kvd *d);
 int kvd_loop_arm_tick(struct kvd *d);
+int kvd_loop_arm_tier(struct kvd *d, int fd, uint64_t *buf);
 int kvd_loop_arm_ctrl(struct kvd *d, struct kvd_client *c);
 int kvd_loop_arm_doorbell(struct kvd *d, struct kvd_client *c);
 int kvd_loop_arm_admin(struct kvd *d, uint32_t slot);

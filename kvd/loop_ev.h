@@ -18,6 +18,7 @@ enum kvd_ev {
 	KVD_EV_CTRL,
 	KVD_EV_DOORBELL,
 	KVD_EV_ADMIN_RECV,
+	KVD_EV_TIER,		/* the disk tier's eventfd */
 };
 
 /* user_data: type | slot | generation (the slot's, so stale ones show) */

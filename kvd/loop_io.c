@@ -40,6 +40,13 @@ int kvd_loop_arm_signal(struct kvd *d)
 		   sizeof(struct signalfd_siginfo), kvd_ev_pack(KVD_EV_SIGNAL, 0, 0));
 }
 
+/* The disk tier's completion eventfd (kvd/tier_disk.c). */
+int kvd_loop_arm_tier(struct kvd *d, int fd, uint64_t *buf)
+{
+	return arm(d, KVD_IO_READ, fd, buf, sizeof(*buf),
+		   kvd_ev_pack(KVD_EV_TIER, 0, 0));
+}
+
 int kvd_loop_arm_tick(struct kvd *d)
 {
 	return arm(d, KVD_IO_TICK, -1, NULL, 0, kvd_ev_pack(KVD_EV_TICK, 0, 0));

@@ -610,6 +610,10 @@ int main(int argc, char **argv)
 		goto out;
 	if (kvd_loop_init(d))
 		goto out;	/* it logged why */
+	if (kvd_tiers_start(d)) {
+		kvd_err("disk tier: cannot watch its completions");
+		goto out;
+	}
 	if (drop_privileges(d))
 		goto out;
 	d->start_ns = kvd_now_ns();

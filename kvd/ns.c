@@ -268,6 +268,20 @@ static void held_count(struct kvd_ns *ns, uint32_t id, int d)
 	ns->slabs[ns->blocks[id].slab].nr_held += (uint32_t)d;
 }
 
+uint32_t kvd_ns_peek(const struct kvd_ns *ns, const struct kv_hash *hashes,
+		     uint32_t nr)
+{
+	uint32_t h;
+
+	for (h = 0; h < nr; h++) {
+		struct kv_hash key = kvd_prefix_key(ns, &hashes[h]);
+
+		if (kvd_prefix_find(ns, &key) == KVD_NIL)
+			break;
+	}
+	return h;
+}
+
 struct kv_hash kvd_ns_key(const struct kvd_ns *ns, const struct kv_hash *h)
 {
 	return kvd_prefix_key(ns, h);

@@ -186,6 +186,9 @@ int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		    const uint32_t *dst, uint32_t nr, bool copied);
 uint32_t kvd_ns_evict_all(struct kvd_ns *ns);
+/* How many of @hashes the pool has, in a row from the first: no ref taken. */
+uint32_t kvd_ns_peek(const struct kvd_ns *ns, const struct kv_hash *hashes,
+		     uint32_t nr);
 /* The index key of client hash @h in @ns (its tenant key mixed in). */
 struct kv_hash kvd_ns_key(const struct kvd_ns *ns, const struct kv_hash *h);
 

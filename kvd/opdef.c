@@ -91,13 +91,29 @@ static uint32_t promote(struct kvd *d, struct kvd_client *c,
 			const struct kv_sqe *sqe, const struct kv_hash *hashes,
 			uint32_t h, uint32_t nr, bool fresh)
 {
-	uint32_t n;
+	uint32_t n, disk;
 
 	if (sqe->flags & KV_SQE_POOL_ONLY)
 		return 0;
-	n = kvd_tier_promote(d, c, hashes, h, nr, SCRATCH_IDS(d), fresh);
-	c->cqe_flags = n;	/* host tier hits: KV_CQE_HOST_HITS */
+	n = kvd_tier_promote(d, c, hashes, h, nr, SCRATCH_IDS(d), fresh,
+			     &disk);
+	/* KV_CQE_HOST_HITS, KV_CQE_DISK_HITS: 16 bits each, saturating
+	 * (n <= KV_MAX_IDS = 65536) */
+	c->cqe_flags = (n - disk < 0xffff ? n - disk : 0xffff) |
+		       (disk < 0xffff ? disk : 0xffff) << 16;
 	return n;
+}
+
+/*
+ * Before a lookup: what only the disk tier has is read into the host
+ * tier first; -EINPROGRESS parks the request until it lands (ring.c).
+ */
+static int fetch(struct kvd *d, struct kvd_client *c, const struct kv_sqe *sqe,
+		 const struct kv_hash *hashes, uint32_t nr)
+{
+	if (sqe->flags & KV_SQE_POOL_ONLY)
+		return 0;
+	return kvd_tier_fetch(d, c, hashes, nr);
 }
 
 /* LOOKUP: nr hashes at off; hit ids to args[0]. */
@@ -112,6 +128,9 @@ static int op_lookup(struct kvd *d, struct kvd_client *c,
 		return ret;
 	hashes = copy_hashes(d, c, sqe->off, sqe->nr, &ret);
 	if (!hashes)
+		return ret;
+	ret = fetch(d, c, sqe, hashes, sqe->nr);
+	if (ret)
 		return ret;
 	ret = kvd_ns_lookup(c->ns, &c->holder, hashes, sqe->nr, SCRATCH_IDS(d));
 	if (ret >= 0)
@@ -132,6 +151,9 @@ static int op_alloc_prefix(struct kvd *d, struct kvd_client *c,
 		return -EINVAL;
 	hashes = copy_hashes(d, c, sqe->args[0], (uint32_t)sqe->args[1], &ret);
 	if (!hashes)
+		return ret;
+	ret = fetch(d, c, sqe, hashes, (uint32_t)sqe->args[1]);
+	if (ret)
 		return ret;
 	ret = kvd_ns_alloc_prefix(c->ns, &c->holder, hashes,
 				  (uint32_t)sqe->args[1], SCRATCH_IDS(d), sqe->nr);

@@ -220,6 +220,8 @@ static void post_cqe(struct kvd_client *c, uint64_t user_data, int res,
 static bool must_wait(const struct kvd_client *c, const struct kv_sqe *sqe,
 		      int res)
 {
+	if (res == -EINPROGRESS)
+		return true;	/* a tier's read for it is in flight */
 	if (!(sqe->flags & KV_SQE_WAIT))
 		return false;
 	if (res == -EDQUOT && !kvd_holder_room(&c->holder, sqe->nr))
@@ -237,7 +239,9 @@ static void park(struct kvd *d, struct kvd_client *c,
 		c->wait_frees = d->pool.frees;
 	w->sqe = *sqe;
 	w->state = state;
-	w->deadline_ns = kvd_now_ns() + sqe->args[3] * 1000000ULL;
+	/* waiting on a tier's I/O (not KV_SQE_WAIT): never for ever */
+	w->deadline_ns = kvd_now_ns() + (sqe->flags & KV_SQE_WAIT ?
+			 sqe->args[3] * 1000000ULL : KVD_TIER_IO_WAIT_NS);
 	c->nr_waits++;
 	/* only its successor in the SQ can be linked to it */
 	c->link = (sqe->flags & KV_SQE_LINK) ? KVD_LINK_PARKED : KVD_LINK_NONE;

@@ -26,15 +26,49 @@ struct kvd;
 struct kvd_ns;
 struct kvd_client;
 
+/* The longest a request waits for a tier's read: then -ETIMEDOUT. */
+#define KVD_TIER_IO_WAIT_NS	(10ULL * 1000000000ULL)
+
+/* An entry's state; the disk tier's pass through I/O. */
+enum kvd_tier_state {
+	KVD_TE_FREE = 0,
+	KVD_TE_READY,		/* servable: in the index and on the LRU */
+	KVD_TE_WRITING,		/* disk: in the index (so a lookup waits
+				 * for it), never served before it lands */
+	KVD_TE_READING,		/* disk: being read into the host tier */
+};
+
 struct kvd_tier_entry {
 	struct kv_hash	key;		/* the namespace's index key */
 	uint64_t	sig;		/* kvd_tier_sig of its namespace */
 	uint64_t	sum;		/* XXH3-64 of its bytes */
 	uint64_t	bytes;
-	void		*data;		/* NULL: the slot is free */
+	void		*data;		/* host: its bytes */
 	uint64_t	tick;		/* demotion order */
 	uint32_t	hnext;		/* index chain: slot + 1, 0 ends */
 	uint32_t	lru_prev, lru_next;	/* KVD_NIL ends; head coldest */
+	uint32_t	unit, units;	/* disk: its run of 4 KiB units */
+	uint32_t	sunit;		/* disk: its staging run, during I/O */
+	uint8_t		state;		/* enum kvd_tier_state */
+	bool		from_disk;	/* host: read back from the disk tier */
+};
+
+/* The disk tier's own parts (tier_disk.c). */
+struct kvd_disk {
+	int		fd;		/* the file or block device */
+	bool		direct;		/* opened O_DIRECT */
+	uint32_t	nr_units;	/* 4 KiB units of the file */
+	unsigned long	*used;		/* bitmap of them */
+	uint32_t	cursor;		/* next-fit */
+	uint8_t		*stage;		/* registered staging buffer */
+	uint32_t	stage_units;
+	unsigned long	*stage_used;
+	uint32_t	stage_cursor;
+	void		*ring;		/* struct io_uring */
+	int		evfd;		/* the ring's completions, to the loop */
+	uint64_t	evbuf;
+	uint32_t	inflight;	/* writes and reads */
+	uint64_t	writes, reads, errors, busy;
 };
 
 struct kvd_tier {
@@ -58,6 +92,11 @@ struct kvd_tier {
 	/* $KVD_FAULT_TIER_CORRUPT=N, for tests: one byte of every Nth
 	 * block taken in is flipped after its checksum (0: never) */
 	uint32_t	fault_corrupt;
+	struct kvd_disk	*disk;		/* the disk tier: NULL for the host */
+	/* host: where its coldest go when it is full (the disk tier's
+	 * kvd_disk_spill, set by it: tier.c does not call up); NULL: they
+	 * are dropped. True when it took the entry's bytes. */
+	bool		(*spill)(struct kvd *d, const struct kvd_tier_entry *e);
 };
 
 /*
@@ -67,6 +106,8 @@ struct kvd_tier {
  */
 int kvd_tiers_init(struct kvd *d, const char **why);
 void kvd_tiers_exit(struct kvd *d);
+/* kvd_tiers_start - once the event loop runs: watch the disk's ring. */
+int kvd_tiers_start(struct kvd *d);
 
 /* The signature of a namespace: equal only for the same tenant, model
  * id, revision and geometry. */
@@ -79,13 +120,44 @@ uint64_t kvd_tier_sig(const struct kvd_ns *ns);
  * @fresh = @ids + @from, blocks it already allocated), committed under
  * their hashes and given back in @ids[@from..). Returns the blocks
  * promoted (0 when none, or when the pool has no room: a lookup is not
- * failed for it).
+ * failed for it), *@from_disk of them read back from the disk tier.
  */
 uint32_t kvd_tier_promote(struct kvd *d, struct kvd_client *c,
 			  const struct kv_hash *hashes, uint32_t from,
-			  uint32_t nr, uint32_t *ids, bool fresh);
+			  uint32_t nr, uint32_t *ids, bool fresh,
+			  uint32_t *from_disk);
 
-/* kvd_tier_check - the tier's books: 0, or -EUCLEAN with *why. */
+/* kvd_tier_check - the tiers' books: 0, or -EUCLEAN with *why. */
 int kvd_tier_check(const struct kvd *d, const char **why);
+
+/*
+ * kvd_tier_fetch - before a LOOKUP or ALLOC_PREFIX of @hashes[0..@nr):
+ * the blocks past its pool hits that only the disk tier has (or has in
+ * flight) are read into the host tier. -EINPROGRESS when it has to wait
+ * for them (the request is parked and tried again once they land), 0
+ * when it can go on now.
+ */
+int kvd_tier_fetch(struct kvd *d, struct kvd_client *c,
+		   const struct kv_hash *hashes, uint32_t nr);
+
+/* The disk tier's completions are ready (its eventfd, from the loop). */
+void kvd_tier_io_done(struct kvd *d, int res);
+
+/* ---- between tier.c and tier_disk.c ---- */
+uint32_t __kvd_tier_find(const struct kvd_tier *t, uint64_t sig,
+			 const struct kv_hash *key);
+uint32_t __kvd_tier_slot(struct kvd_tier *t);
+void __kvd_tier_index(struct kvd_tier *t, uint32_t s);
+void __kvd_tier_lru_add(struct kvd_tier *t, uint32_t s);
+void __kvd_tier_forget(struct kvd_tier *t, uint32_t s);
+bool __kvd_tier_host_put(struct kvd *d, const struct kv_hash *key,
+			 uint64_t sig, const void *src, uint64_t bytes,
+			 bool from_disk);
+int __kvd_tier_books_init(struct kvd_tier *t, uint64_t pool_bytes);
+void __kvd_tier_books_exit(struct kvd_tier *t);
+/* tier.c: the host tier, below the disk tier (tier_disk.c) */
+int kvd_host_tier_init(struct kvd *d, const char **why);
+void kvd_host_tier_exit(struct kvd *d);
+int kvd_host_tier_check(const struct kvd *d, const char **why);
 
 #endif /* KVD_TIER_H */

@@ -379,7 +379,8 @@ struct kv_sqe {
  * Completion entry, 16 bytes. res: count (ids, bytes) or -errno. flags:
  * for LOOKUP and ALLOC_PREFIX, how many of the res hits came from a tier
  * behind the pool (brought back for this request): KV_CQE_HOST_HITS and
- * KV_CQE_DISK_HITS of it; 0 for every other opcode (ABI 3.3; 0 before).
+ * KV_CQE_DISK_HITS of it, 16 bits each (0xffff: that many or more); 0
+ * for every other opcode (ABI 3.3; 0 before).
  */
 struct kv_cqe {
 	__u64	user_data;

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The disk tier under the host tier, with a real kvd and a real file
+ * (O_DIRECT, io_uring): prompts far larger than pool + host tier spill
+ * to disk and come back on a hit, every byte as written, kv_seq_hits
+ * counting the disk's; lookups wait (parked) while reads land, and
+ * other requests are served meanwhile; the file overwritten under kvd
+ * (tampered) makes the blocks there dropped, never served; kvctl check
+ * holds, kvctl tiers shows both tiers.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define BT		16
+#define BLK		(32 << 10)	/* t_geom() */
+#define PROMPTS		12
+#define FULL		20
+#define NTOK		(FULL * BT + 1)
+
+static struct t_kvd k;
+static char disk[160];
+
+static void tokens(uint32_t *t, uint32_t p)
+{
+	for (uint32_t i = 0; i < NTOK; i++)
+		t[i] = p * 100003u + i * 7919u + 3;
+}
+
+static uint8_t pattern(uint32_t p, uint32_t b, uint32_t i)
+{
+	return (uint8_t)(p * 29 + b * 131 + i * 5 + (i >> 11));
+}
+
+static void write_prompt(struct kv_client *c, uint32_t p)
+{
+	uint32_t t[NTOK], nr;
+	const kv_block_t *tbl;
+	struct kv_seq *s;
+
+	tokens(t, p);
+	T_EQ(kv_seq_open(c, t, NTOK, NULL, &s), 0);
+	tbl = kv_seq_block_table(s, &nr);
+	for (uint32_t b = (uint32_t)(kv_seq_hit_tokens(s) / BT); b < nr; b++) {
+		uint8_t *x = kv_block_ptr(c, tbl[b]);
+
+		for (uint32_t i = 0; i < BLK; i++)
+			x[i] = pattern(p, b, i);
+	}
+	T_EQ(kv_seq_commit(s), 0);
+	T_EQ(kv_seq_close(s), 0);
+}
+
+static struct kv_seq_hits read_prompt(struct kv_client *c, uint32_t p)
+{
+	uint32_t t[NTOK], nr;
+	const kv_block_t *tbl;
+	struct kv_seq_hits h;
+	struct kv_seq *s;
+
+	tokens(t, p);
+	T_EQ(kv_seq_open(c, t, NTOK, NULL, &s), 0);
+	T_EQ(kv_seq_hits(s, &h), 0);
+	tbl = kv_seq_block_table(s, &nr);
+	for (uint32_t b = 0; b < kv_seq_hit_tokens(s) / BT; b++) {
+		const uint8_t *x = kv_block_ptr(c, tbl[b]);
+
+		for (uint32_t i = 0; i < BLK; i++)
+			if (x[i] != pattern(p, b, i))
+				T_FAIL("prompt %u block %u byte %u differs (pool %u host %u disk %u)",
+				       p, b, i, h.pool, h.host, h.disk);
+	}
+	T_EQ(h.pool + h.host + h.disk, kv_seq_hit_tokens(s) / BT);
+	T_EQ(kv_seq_close(s), 0);
+	return h;
+}
+
+static void check_books(void)
+{
+	char cmd[512];
+
+	snprintf(cmd, sizeof(cmd), "'%s' --admin-socket '%s' check >/dev/null",
+		 t_bin("kvctl"), k.admin);
+	T_EQ(system(cmd), 0);
+}
+
+static void start(const char *host)
+{
+	snprintf(disk, sizeof(disk), "/tmp/kvd-disk-tier.%d", (int)getpid());
+	unlink(disk);
+	t_kvd_start(&k, "4M", "--host-tier-size", host, "--disk-tier-size",
+		    "32M", "--disk-tier-path", disk, NULL);
+}
+
+static void stop(void)
+{
+	t_kvd_stop(&k);
+	t_cleanup_dir(&k);
+	unlink(disk);
+}
+
+static void test_round_trip(void)
+{
+	struct kv_client *c;
+	uint32_t from_disk = 0, all = 0;
+	char *js;
+
+	start("2M");		/* 64 blocks: most go on to disk */
+	T_EQ(t_connect(&k, "disked", NULL, &c), 0);
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		write_prompt(c, p);
+	for (uint32_t p = 0; p < PROMPTS; p++) {
+		struct kv_seq_hits h = read_prompt(c, p);
+
+		from_disk += h.disk;
+		all += h.pool + h.host + h.disk;
+	}
+	T_ASSERT(from_disk > 0);
+	T_EQ(all, PROMPTS * FULL);	/* nothing lost: 240 blocks kept */
+	check_books();
+	js = t_kvctl(&k, "tiers");
+	T_ASSERT(strstr(js, "\"tier\": \"disk\""));
+	free(js);
+	kv_disconnect(c);
+	stop();
+}
+
+/* Every run on disk overwritten while kvd runs: dropped, not served. */
+static void test_tampered(void)
+{
+	struct kv_client *c;
+	char junk[4096];
+	int fd;
+
+	start("640K");
+	T_EQ(t_connect(&k, "disked", NULL, &c), 0);
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		write_prompt(c, p);
+	kv_nop(c);
+	usleep(200000);		/* the writes land */
+	memset(junk, 0x77, sizeof(junk));
+	fd = open(disk, O_WRONLY);
+	T_ASSERT(fd >= 0);
+	for (off_t o = 0; o < 32 << 20; o += 64 << 10)
+		T_EQ(pwrite(fd, junk, sizeof(junk), o + 4096), sizeof(junk));
+	fsync(fd);
+	close(fd);
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		read_prompt(c, p);	/* what is served is checked */
+	{
+		char *js = t_kvctl(&k, "tiers");
+		const char *dk = strstr(js, "\"tier\": \"disk\"");
+
+		T_ASSERT(dk && t_json_int(dk, "corrupt") > 0);
+		free(js);
+	}
+	check_books();
+	kv_disconnect(c);
+	stop();
+}
+
+/* Four processes spill and fetch at once; others served while parked. */
+static void test_concurrent(void)
+{
+	pid_t pid[4];
+	int st;
+
+	start("1M");
+	for (int w = 0; w < 4; w++) {
+		pid[w] = fork();
+		T_ASSERT(pid[w] >= 0);
+		if (pid[w] == 0) {
+			struct kv_client *c;
+
+			if (t_connect(&k, "disked", NULL, &c))
+				_exit(2);
+			for (uint32_t r = 0; r < 2; r++)
+				for (uint32_t p = 0; p < PROMPTS; p++) {
+					write_prompt(c, p % 3 ? p : 100 + 10 * w + p);
+					read_prompt(c, (p * 5 + w) % PROMPTS);
+				}
+			kv_disconnect(c);
+			_exit(0);
+		}
+	}
+	for (int w = 0; w < 4; w++) {
+		T_EQ(waitpid(pid[w], &st, 0), pid[w]);
+		T_ASSERT(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	check_books();
+	stop();
+}
+
+int main(void)
+{
+	test_round_trip();
+	test_tampered();
+	test_concurrent();
+	printf("tier_disk: ok\n");
+	return 0;
+}
