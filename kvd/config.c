@@ -469,6 +469,12 @@ const struct conf_key kvd_keys[KVD_NR_KEYS] = {
 					  disk_tier_path, set_path),
 		.arg = "PATH",
 		.help = "the disk tier's file (created) or block device" },
+	[KVD_KEY_DISK_TIER_PERSIST] = { BOTH("disk_tier_persist",
+					     "disk-tier-persist",
+					     disk_tier_persist, set_bool),
+		.help = "keep the disk tier's blocks across restarts: its\n"
+			"index is rebuilt from the file at start, and at stop\n"
+			"the pool's and host tier's cached blocks go to it" },
 	[KVD_KEY_SOCKET] = { BOTH("socket", "socket", socket, set_path),
 		.short_opt = 's', .arg = "PATH",
 		.help = "client socket (default $KVD_SOCKET, else\n"

@@ -94,6 +94,8 @@ struct kvd_conf {
 	bool		has_disk_tier_bytes;
 	char		disk_tier_path[KVD_CONF_PATH_MAX];
 	bool		has_disk_tier_path;
+	bool		disk_tier_persist;
+	bool		has_disk_tier_persist;
 	int		backend;	/* KV_BACKEND_HOST, _CUDA, KVD_BACKEND_AUTO */
 	bool		has_backend;
 	uint32_t	device;		/* cuda device ordinal, 0..255 */
@@ -190,6 +192,7 @@ enum kvd_key {
 	KVD_KEY_HOST_TIER_SIZE,
 	KVD_KEY_DISK_TIER_SIZE,
 	KVD_KEY_DISK_TIER_PATH,
+	KVD_KEY_DISK_TIER_PERSIST,
 	KVD_KEY_SOCKET,
 	KVD_KEY_SOCKET_MODE,		/* kvd.conf only */
 	KVD_KEY_ADMIN_SOCKET,
@@ -225,6 +228,7 @@ struct kvd_config {
 	uint64_t	host_tier_bytes;	/* 0: no host tier */
 	uint64_t	disk_tier_bytes;	/* 0: no disk tier */
 	char		disk_tier_path[KVD_CONF_PATH_MAX];	/* the file */
+	bool		disk_tier_persist;	/* its blocks kept across runs */
 	char		socket[KVD_CONF_PATH_MAX];	/* "": the default */
 	unsigned	socket_mode;
 	char		admin_socket[KVD_CONF_PATH_MAX];	/* "": beside it */

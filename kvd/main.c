@@ -417,6 +417,7 @@ static void shutdown_all(struct kvd *d)
 		d->clients[i].inflight = 1;
 		kvd_client_put_op(d, &d->clients[i]);
 	}
+	kvd_tiers_stop(d);	/* what is cached, to disk (persist) */
 	for (uint32_t i = 0; d->ns && i < d->cfg.max_namespaces; i++)
 		if (d->ns[i].live)
 			kvd_ns_exit(&d->ns[i]);

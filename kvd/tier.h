@@ -108,6 +108,12 @@ int kvd_tiers_init(struct kvd *d, const char **why);
 void kvd_tiers_exit(struct kvd *d);
 /* kvd_tiers_start - once the event loop runs: watch the disk's ring. */
 int kvd_tiers_start(struct kvd *d);
+/*
+ * kvd_tiers_stop - kvd stops, its clients gone, its namespaces not yet:
+ * with disk_tier_persist, the pool's and the host tier's cached blocks
+ * are written to the disk tier, and waited for.
+ */
+void kvd_tiers_stop(struct kvd *d);
 
 /* The signature of a namespace: equal only for the same tenant, model
  * id, revision and geometry. */

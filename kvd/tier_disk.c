@@ -32,6 +32,7 @@
 #include "daemon.h"
 #include "loop.h"
 #include "ns.h"
+#include "tenant.h"
 #include "tier.h"
 
 #define UNIT		4096U
@@ -390,6 +391,164 @@ void kvd_tier_io_done(struct kvd *d, int res)
 		kvd_err("disk tier: cannot watch its completions any more");
 }
 
+/* ---- the superblock and the scan of a kept file ---- */
+
+#define SB_MAGIC	0x42534b5344564b00ULL	/* "KVDSKSB" */
+
+/* Unit 0: which layout, whose secrets, how many units. */
+struct disk_sb {
+	uint64_t	magic;
+	uint32_t	version;
+	uint32_t	nr_units;
+	uint64_t	fingerprint;	/* of the tenants' keys */
+	uint8_t		pad[40];
+};
+_Static_assert(sizeof(struct disk_sb) == 64, "disk_sb");
+
+/*
+ * The tenants' keys the blocks were written under: kvd.conf's tenants,
+ * by name. Without any, each start draws new secrets: nothing written
+ * under the last ones can ever be hit again.
+ */
+static uint64_t fingerprint(const struct kvd *d)
+{
+	XXH64_hash_t h = XXH3_64bits(d->secret, sizeof(d->secret));
+	bool any = false;
+
+	for (uint32_t i = 0; i < KVD_MAX_TENANTS; i++) {
+		const struct kvd_tenant *t = &d->tenants[i];
+
+		if (!t->live || !t->configured)
+			continue;
+		if (!any)
+			h = 0;
+		any = true;
+		h = XXH3_64bits_withSeed(&t->key, sizeof(t->key),
+					 h ^ XXH3_64bits(t->name, strlen(t->name)));
+	}
+	return h;
+}
+
+/* Register the run whose header is @hdr at unit @u: its units, or 0. */
+static uint32_t adopt(struct kvd_tier *t, const struct disk_hdr *hdr,
+		      uint32_t u)
+{
+	struct kvd_disk *k = t->disk;
+	uint32_t n, s;
+
+	if (hdr->magic != DISK_MAGIC || hdr->version != DISK_VERSION ||
+	    hdr->hdr_bytes != sizeof(*hdr) || !hdr->bytes ||
+	    hdr->bytes > (uint64_t)k->nr_units * UNIT)
+		return 0;
+	n = units_for(hdr->bytes);
+	if (u + n > k->nr_units ||
+	    __kvd_tier_find(t, hdr->sig, &hdr->key) != KVD_NIL)
+		return 0;	/* cut off, or an older copy */
+	s = __kvd_tier_slot(t);
+	if (s == KVD_NIL)
+		return 0;
+	t->e[s] = (struct kvd_tier_entry){ .key = hdr->key, .sig = hdr->sig,
+		.sum = hdr->sum, .bytes = hdr->bytes, .unit = u, .units = n };
+	__kvd_tier_index(t, s);
+	__kvd_tier_lru_add(t, s);
+	set_run(k->used, u, n, true);
+	return n;
+}
+
+/*
+ * Rebuild the index from the file, read in chunks of the staging buffer
+ * before anything else uses it. A run's bytes are checked when it is
+ * read back, as any other. Returns the blocks kept.
+ */
+static uint32_t scan(struct kvd_tier *t)
+{
+	struct kvd_disk *k = t->disk;
+	uint32_t chunk = k->stage_units, kept = 0;
+
+	for (uint32_t base = 1; base < k->nr_units; ) {
+		uint32_t n = k->nr_units - base < chunk ? k->nr_units - base :
+			     chunk, u = 0;
+		ssize_t r = pread(k->fd, k->stage, (size_t)n * UNIT,
+				  (off_t)base * UNIT);
+
+		if (r < (ssize_t)UNIT)
+			break;
+		n = (uint32_t)(r / UNIT);
+		while (u < n) {
+			uint32_t got = adopt(t, (const void *)(k->stage +
+						(uint64_t)u * UNIT), base + u);
+
+			kept += !!got;
+			u += got ? got : 1;
+		}
+		base += u;	/* a run may reach past the chunk */
+	}
+	return kept;
+}
+
+/* The superblock: a kept file's blocks adopted when it is ours. */
+static int sb_open(struct kvd *d, struct kvd_tier *t)
+{
+	struct kvd_disk *k = t->disk;
+	struct disk_sb *sb = (struct disk_sb *)k->stage;
+	uint64_t fp = fingerprint(d);
+	const char *why = NULL;
+
+	memset(k->stage, 0, UNIT);
+	if (d->cfg.disk_tier_persist &&
+	    pread(k->fd, k->stage, UNIT, 0) == UNIT && sb->magic == SB_MAGIC) {
+		if (sb->version != DISK_VERSION)
+			why = "it was written by another layout version";
+		else if (sb->nr_units != k->nr_units)
+			why = "its size changed";
+		else if (sb->fingerprint != fp)
+			why = "it was written under other tenants' secrets (without [tenant] sections in kvd.conf each start draws new ones)";
+		if (why)
+			kvd_warn("disk tier %s: its blocks are not kept: %s",
+				 d->cfg.disk_tier_path, why);
+		else
+			kvd_info("disk tier %s: %u blocks kept from the last run",
+				 d->cfg.disk_tier_path, scan(t));
+	}
+	set_run(k->used, 0, 1, true);
+	memset(k->stage, 0, UNIT);
+	*sb = (struct disk_sb){ .magic = SB_MAGIC, .version = DISK_VERSION,
+		.nr_units = k->nr_units, .fingerprint = fp };
+	if (pwrite(k->fd, k->stage, UNIT, 0) != UNIT)
+		return -errno;
+	return fdatasync(k->fd) ? -errno : 0;
+}
+
+/*
+ * kvd stops with persistence on: what the pool and the host tier cache
+ * is written to disk, and waited for (no client is served any more).
+ */
+static void flush(struct kvd *d)
+{
+	struct kvd_tier *h = &d->host_tier;
+	struct kvd_disk *k = d->disk_tier.disk;
+	struct io_uring_cqe *cqe;
+
+	for (uint32_t i = 0; d->ns && i < d->cfg.max_namespaces; i++)
+		if (d->ns[i].live)
+			kvd_ns_evict_all(&d->ns[i]);	/* into the host tier */
+	while (h->lru_head != KVD_NIL) {
+		uint32_t s = h->lru_head;
+
+		if (!kvd_disk_spill(d, &h->e[s]) && k->inflight) {
+			/* no staging room: wait for a write, try again */
+			if (io_uring_wait_cqe(k->ring, &cqe))
+				break;
+			reap(d);
+			continue;
+		}
+		__kvd_tier_forget(h, s);
+	}
+	while (k->inflight && !io_uring_wait_cqe(k->ring, &cqe))
+		reap(d);
+	fdatasync(k->fd);
+}
+
 /* ---- set-up ---- */
 
 /* The file, sized; O_DIRECT where the file system takes it. */
@@ -501,11 +660,24 @@ static int kvd_disk_init(struct kvd *d, const char **why)
 		*why = "no memory for the disk tier's books";
 		return -ENOMEM;
 	}
+	ret = sb_open(d, t);
+	if (ret) {
+		*why = "disk_tier_path: cannot write its superblock";
+		return ret;
+	}
 	ret = ring_init(k, why);
 	if (ret)
 		return ret;
 	t->cap_bytes = (uint64_t)k->nr_units * UNIT;
 	return 0;
+}
+
+void kvd_tiers_stop(struct kvd *d)
+{
+	struct kvd_disk *k = d->disk_tier.disk;
+
+	if (k && k->ring && d->cfg.disk_tier_persist)
+		flush(d);
 }
 
 int kvd_tiers_start(struct kvd *d)
