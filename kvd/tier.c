@@ -47,13 +47,19 @@ static void host_room(struct kvd *d, uint64_t bytes)
 {
 	struct kvd_tier *t = &d->host_tier;
 
+	bool spilled = false;
+
 	while (t->used_bytes + bytes > t->cap_bytes && t->lru_head != KVD_NIL) {
 		uint32_t s = t->lru_head;
 
 		if (!t->spill || !t->spill(d, &t->e[s]))
 			t->drops++;
+		else
+			spilled = true;
 		drop_entry(t, s);
 	}
+	if (spilled)
+		t->spill(d, NULL);	/* the burst's writes submitted at once */
 }
 
 /*

@@ -95,7 +95,8 @@ struct kvd_tier {
 	struct kvd_disk	*disk;		/* the disk tier: NULL for the host */
 	/* host: where its coldest go when it is full (the disk tier's
 	 * kvd_disk_spill, set by it: tier.c does not call up); NULL: they
-	 * are dropped. True when it took the entry's bytes. */
+	 * are dropped. True when it took the entry's bytes; @e NULL ends a
+	 * burst: the writes it queued are submitted together. */
 	bool		(*spill)(struct kvd *d, const struct kvd_tier_entry *e);
 };
 

@@ -171,7 +171,13 @@ static bool kvd_disk_spill(struct kvd *d, const struct kvd_tier_entry *h)
 	struct kvd_disk *k = t->disk;
 	struct io_uring_sqe *sqe;
 	struct disk_hdr *hdr;
-	uint32_t n = units_for(h->bytes), su, u, s;
+	uint32_t n, su, u, s;
+
+	if (!h) {	/* the end of a burst: its writes go in one submit */
+		io_uring_submit(k->ring);
+		return true;
+	}
+	n = units_for(h->bytes);
 
 	s = __kvd_tier_find(t, h->sig, &h->key);
 	if (s != KVD_NIL) {
@@ -206,7 +212,6 @@ static bool kvd_disk_spill(struct kvd *d, const struct kvd_tier_entry *h)
 	io_uring_prep_write_fixed(sqe, 0, hdr, n * UNIT, (uint64_t)u * UNIT, 0);
 	sqe->flags |= IOSQE_FIXED_FILE;
 	io_uring_sqe_set_data64(sqe, s);
-	io_uring_submit(k->ring);
 	k->inflight++;
 	t->demotions++;
 	return true;
@@ -537,13 +542,16 @@ static void flush(struct kvd *d)
 
 		if (!kvd_disk_spill(d, &h->e[s]) && k->inflight) {
 			/* no staging room: wait for a write, try again */
+			io_uring_submit(k->ring);
 			if (io_uring_wait_cqe(k->ring, &cqe))
 				break;
 			reap(d);
 			continue;
 		}
+		free(h->e[s].data);
 		__kvd_tier_forget(h, s);
 	}
+	io_uring_submit(k->ring);
 	while (k->inflight && !io_uring_wait_cqe(k->ring, &cqe))
 		reap(d);
 	fdatasync(k->fd);
