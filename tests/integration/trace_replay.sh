@@ -5,7 +5,10 @@
 # the prefix hit ratio is within 0.01 of kvbench's own infinite-cache
 # bound and kvd evicts nothing; with a small pool the ratio is lower and
 # kvd evicts. A short synthetic replay checks the token-hashing path the
-# same way. Exit 0 pass, 1 fail, 77 skip (no trace, no jq).
+# same way. With a host tier behind a small pool (--compare-tier, on
+# kvbench's private kvds) the synthetic replay reaches the bound again,
+# its hits split between pool and tier, where the pool alone falls
+# short. Exit 0 pass, 1 fail, 77 skip (no trace, no jq).
 # usage: sh tests/integration/trace_replay.sh BUILD_DIR
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -87,5 +90,30 @@ jq -e --slurpfile big "$DIR/big.json" '
 ' "$DIR/small.json" >/dev/null ||
 	fail "pool $SMALL_POOL: expected evictions and a hit ratio well below the large pool's"
 stop_kvd
+
+# A 2 MiB pool (8192 blocks) for ~33k committed blocks, a tier for all.
+echo "kvbench --private-kvd=2M --host-tier-size 64M --compare-tier --synthetic"
+to=
+command -v timeout >/dev/null 2>&1 && to="timeout -k 5 90"
+# shellcheck disable=SC2086 # GEOM and to are several words
+$to "$BUILD/kvbench" --private-kvd=2M --kvd "$BUILD/kvd" \
+	--host-tier-size 64M --compare-tier $GEOM -q --json "$DIR/tier.json" \
+	--synthetic --limit 1000 -p 2 --model kvbench-tier ||
+	fail "kvbench --compare-tier exit status $?"
+jq -r '.kvbench.tier_compare | "  pool only \(.pool_only_hit_ratio), with tier \(.tier_hit_ratio) (pool \(.tier_hit_ratio_pool), tier \(.tier_hit_ratio_host)); bound \(.bound)"' "$DIR/tier.json"
+jq -e --argjson tol "$TOL" '
+	.kvbench.result == "ok" and
+	.kvbench.results.stamp_errors == 0 and
+	.kvbench.results.pool_hit_blocks + .kvbench.results.host_hit_blocks ==
+		.kvbench.results.hit_blocks and
+	.kvbench.results.host_hit_blocks > 0 and
+	.kvbench.host_tier.drops == 0 and .kvbench.host_tier.corrupt == 0 and
+	.kvbench.host_tier.promotions >= .kvbench.results.host_hit_blocks and
+	.kvbench.tier_compare.pool_only_result == "ok" and
+	(.kvbench.tier_compare.tier_bound_gap | . <= $tol and . >= -$tol) and
+	.kvbench.tier_compare.pool_only_hit_ratio <
+		.kvbench.tier_compare.tier_hit_ratio - 0.05
+' "$DIR/tier.json" >/dev/null ||
+	fail "host tier: expected the bound with the tier, well above the pool alone"
 
 echo "PASS"

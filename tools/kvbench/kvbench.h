@@ -125,6 +125,10 @@ struct kvb_result {
 	uint32_t	nr_spans;	/* follow the samples */
 	uint32_t	resv2;
 	uint64_t	preempted;	/* requests redone for room */
+	/* hit_blocks by where kvd found them (kv_seq_hits) */
+	uint64_t	pool_hit_blocks;	/* already in the pool */
+	uint64_t	host_hit_blocks;	/* brought back from the host tier */
+	uint64_t	disk_hit_blocks;	/* from a disk tier */
 };
 
 /* When one replayed request was open, for the as-run schedule. */
@@ -173,6 +177,18 @@ struct kvb_series {
 	bool		full;		/* KVB_MAX_POINTS reached (said once) */
 };
 
+/*
+ * --compare-tier: the figures of the first run (pool only), for the
+ * report of the second (the same pool, a host tier behind it).
+ */
+struct kvb_tier_base {
+	bool		have;		/* the first run reported */
+	bool		ok;		/* and ended ok */
+	struct kvb_result sum;
+	uint64_t	evictions;	/* kvd's, over the run */
+	uint64_t	wall_ns;
+};
+
 struct agg {
 	struct kvb_result sum;
 	uint64_t	t_start, t_end;
@@ -197,6 +213,9 @@ struct agg {
 	struct bench_perf_counts perf;	/* --perf-stat: kvd's, over the run */
 	bool		have_perf;
 	struct kvb_series ts;
+	/* --host-tier-size: the private kvd's tier, after the run */
+	struct kv_admin_tier tier;
+	bool		have_tier;
 };
 
 /* The figures of the reports. */

@@ -2,8 +2,9 @@
 /*
  * A private kvd for a benchmark: started from the kvd binary beside
  * kvbench (or --kvd), on the host backend, with sockets in a temp dir
- * and no configuration file, so that its pool holds exactly what the
- * benchmark asks for and nothing else runs on it.
+ * and no configuration file, so that its pool (and the host tier behind
+ * it, when one is asked for) holds exactly what the benchmark asks for
+ * and nothing else runs on it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -62,12 +63,14 @@ static void kvd_path(char *buf, size_t len, const char *given)
 }
 
 static void kvd_exec(const struct bench_kvd *k, const char *bin,
-		     const char *pool_size, pid_t parent)
+		     const char *pool_size, const char *tier_size,
+		     pid_t parent)
 {
 	const char *argv[] = {
 		bin, "--backend", "host", "--pool-size", pool_size,
 		"--socket", k->sock, "--admin-socket", k->admin,
-		"--config", "/dev/null", "--quiet", NULL,
+		"--config", "/dev/null", "--quiet",
+		tier_size ? "--host-tier-size" : NULL, tier_size, NULL,
 	};
 	int fd;
 
@@ -171,7 +174,7 @@ int bench_mkdtemp(char *dir, size_t len, const char *name)
 }
 
 int bench_kvd_start(struct bench_kvd *k, const char *bin,
-		    const char *pool_size)
+		    const char *pool_size, const char *tier_size)
 {
 	char path[PATH_MAX];
 	pid_t parent = getpid();
@@ -191,7 +194,7 @@ int bench_kvd_start(struct bench_kvd *k, const char *bin,
 		goto err_rmdir;
 	}
 	if (!k->pid)
-		kvd_exec(k, path, pool_size, parent);
+		kvd_exec(k, path, pool_size, tier_size, parent);
 	if (kvd_wait_up(k, path))
 		goto err_stop;
 	return 0;
@@ -283,7 +286,7 @@ int bench_open(const struct kvb_opts *o, const char *pool_size,
 	const char *sock = o->socket;
 
 	if (!sock) {
-		if (bench_kvd_start(k, o->kvd_bin, pool_size))
+		if (bench_kvd_start(k, o->kvd_bin, pool_size, NULL))
 			return -1;
 		sock = k->sock;
 	}

@@ -27,12 +27,13 @@ struct bench_kvd {
 
 /*
  * bench_kvd_start - start kvd (@bin, NULL: beside kvbench) with a host
- * pool of @pool_size (kvd's units: 128M, 1G) on sockets in a new temp
- * dir; returns once it answers on its admin socket. The kvd dies with
- * kvbench (PR_SET_PDEATHSIG). 0, or -1 after saying why.
+ * pool of @pool_size (kvd's units: 128M, 1G) and a host tier of
+ * @tier_size behind it (NULL: none; kvd --host-tier-size) on sockets in
+ * a new temp dir; returns once it answers on its admin socket. The kvd
+ * dies with kvbench (PR_SET_PDEATHSIG). 0, or -1 after saying why.
  */
 int bench_kvd_start(struct bench_kvd *k, const char *bin,
-		    const char *pool_size);
+		    const char *pool_size, const char *tier_size);
 /* A new directory for sockets: $TMPDIR (if short enough) or /tmp. */
 int bench_mkdtemp(char *dir, size_t len, const char *name);
 /* SIGTERM, wait (SIGKILL after 5 s), remove the temp dir. */

@@ -342,7 +342,7 @@ int kvb_mode_longgen(struct kvb_opts *o)
 	int ret = 0;
 
 	if (o->private_pool) {
-		if (bench_kvd_start(&pk, o->kvd_bin, o->private_pool))
+		if (bench_kvd_start(&pk, o->kvd_bin, o->private_pool, NULL))
 			return 1;
 		o->socket = pk.sock;
 	}

@@ -14,6 +14,9 @@
  * the end of its phase, so what it keeps is cached blocks, which kvd may
  * reclaim for the busy model (elastic sharing). Meanwhile the parent
  * samples kvd's admin socket every --sample-ms (series.c).
+ *
+ * With --compare-tier the stream is replayed twice on private kvds of
+ * the same pool, without and with --host-tier-size.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +35,22 @@ static uint64_t random_salt(void)
 	if (getrandom(&v, sizeof(v), 0) == sizeof(v))
 		return v;
 	return splitmix64(now_ns() ^ (uint64_t)getpid() << 32);
+}
+
+/* What the processes share, as a run starts (no process runs now). */
+static void shared_reset(struct kvb_shared *sh)
+{
+	atomic_init(&sh->starved, 0);
+	atomic_init(&sh->phase, 0);
+	for (unsigned m = 0; m < KVB_MAX_MODELS; m++) {
+		struct kvb_mshared *ms = &sh->m[m];
+
+		atomic_init(&ms->unused_slots, 0);
+		atomic_init(&ms->next, 0);
+		atomic_init(&ms->done, 0);
+		atomic_init(&ms->prompt_blocks, 0);
+		atomic_init(&ms->hit_blocks, 0);
+	}
 }
 
 /* Read or make the request stream; what follows from it. */
@@ -89,17 +108,7 @@ static int replay_prepare(struct kvb_opts *o, struct kvb_trace *tr)
 		perror("kvbench: mmap");
 		return 1;
 	}
-	atomic_init(&o->sh->starved, 0);
-	atomic_init(&o->sh->phase, 0);
-	for (unsigned m = 0; m < KVB_MAX_MODELS; m++) {
-		struct kvb_mshared *ms = &o->sh->m[m];
-
-		atomic_init(&ms->unused_slots, 0);
-		atomic_init(&ms->next, 0);
-		atomic_init(&ms->done, 0);
-		atomic_init(&ms->prompt_blocks, 0);
-		atomic_init(&ms->hit_blocks, 0);
-	}
+	shared_reset(o->sh);
 	/* One model: one phase. N: each model's stream in turns. */
 	if (o->models == 1)
 		o->phase_requests = tr->nr ? (unsigned)tr->nr : 1;
@@ -112,13 +121,45 @@ static int replay_prepare(struct kvb_opts *o, struct kvb_trace *tr)
 	return 0;
 }
 
+/*
+ * --compare-tier: the same stream (same salt, so the same hashes) twice,
+ * each on a private kvd of its own with the same pool: first without
+ * the host tier, then with it, whose report (and --json) sets the two
+ * side by side (report_replay.c). The second runs only if the first
+ * ran to its report.
+ */
+static int replay_compare_tier(struct kvb_opts *o)
+{
+	struct kvb_tier_base base = { 0 };
+	const char *tier = o->host_tier, *json = o->json_path;
+	int ret, ret2;
+
+	o->tier_base = &base;
+	o->host_tier = NULL;
+	o->json_path = NULL;	/* the second run's report has both */
+	ret = kvb_fleet_run(o);
+	o->host_tier = tier;
+	o->json_path = json;
+	if (!base.have) {
+		fprintf(stderr, "kvbench: --compare-tier: the run without the tier did not finish; the run with it is not started\n");
+		o->tier_base = NULL;
+		return ret ? ret : 1;
+	}
+	shared_reset(o->sh);
+	ret2 = kvb_fleet_run(o);
+	o->tier_base = NULL;
+	return ret2 > ret ? ret2 : ret;
+}
+
 int kvb_mode_replay(struct kvb_opts *o)
 {
 	struct kvb_trace tr = { 0 };
 	int ret;
 
 	ret = replay_prepare(o, &tr);
-	if (!ret)
+	if (!ret && o->compare_tier)
+		ret = replay_compare_tier(o);
+	else if (!ret)
 		ret = kvb_fleet_run(o);
 	kvb_trace_free(&tr);
 	if (o->sh)

@@ -324,7 +324,7 @@ static int wl_run_one(const struct kvb_opts *o, const struct kvb_trace *tr,
 		snprintf(pool, sizeof(pool), "%llu",
 			 (unsigned long long)WL_POOL_BLOCKS *
 			 kv_geometry_block_bytes(&g));
-		if (bench_kvd_start(&k, o->kvd_bin, pool))
+		if (bench_kvd_start(&k, o->kvd_bin, pool, NULL))
 			return -1;
 		sock = k.sock;
 	} else if (bench_kvd_evict(admin)) {

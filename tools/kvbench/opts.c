@@ -44,6 +44,8 @@ enum {
 	OPT_SAMPLE_MS,
 	OPT_ADMIN_SOCKET,
 	OPT_PRIVATE_KVD,
+	OPT_HOST_TIER_SIZE,
+	OPT_COMPARE_TIER,
 	OPT_NO_VERIFY,
 	OPT_PERF_STAT,
 	OPT_KVD,
@@ -100,6 +102,8 @@ static const struct kvb_optdef {
 	  KVB_OG_REPLAY | KVB_OG_LONGGEN },
 	{ "admin-socket", required_argument, OPT_ADMIN_SOCKET, KVB_OG_ADMIN },
 	{ "private-kvd",  optional_argument, OPT_PRIVATE_KVD, OG_ENGINES },
+	{ "host-tier-size", required_argument, OPT_HOST_TIER_SIZE, KVB_OG_REPLAY },
+	{ "compare-tier", no_argument,	     OPT_COMPARE_TIER, KVB_OG_REPLAY },
 	{ "no-verify",	  no_argument,	     OPT_NO_VERIFY, KVB_OG_FLEET },
 	{ "perf-stat",	  no_argument,	     OPT_PERF_STAT, KVB_OG_FLEET },
 	{ "kvd",	  required_argument, OPT_KVD, KVB_OG_KVD },
@@ -448,6 +452,18 @@ static int parse_one(struct kvb_opts *o, int opt, const char *arg)
 	case OPT_KVD:
 		o->kvd_bin = arg;
 		return 0;
+	case OPT_HOST_TIER_SIZE:
+		/* kvd parses it (kvd.conf(5) sizes), and says so if wrong */
+		if (!isdigit((unsigned char)*arg)) {
+			fprintf(stderr, "kvbench: --host-tier-size: '%s' is not a size (bytes, with K, M, G or T)\n",
+				arg);
+			return -1;
+		}
+		o->host_tier = arg;
+		return 0;
+	case OPT_COMPARE_TIER:
+		o->compare_tier = true;
+		return 0;
 	case OPT_RUNS:
 		return parse_uint("--runs", arg, 1, KVB_MAX_RUNS, &o->runs);
 	case OPT_ITERATIONS:
@@ -464,6 +480,15 @@ static int check_replay(const struct kvb_opts *o)
 {
 	if (o->trace_path && o->synthetic) {
 		fprintf(stderr, "kvbench: --trace and --synthetic exclude each other\n");
+		return -1;
+	}
+	/* A kvd of --socket has the tier it was started with. */
+	if (o->host_tier && !o->private_pool) {
+		fprintf(stderr, "kvbench: --host-tier-size sizes the tier of the kvd --private-kvd starts; give --private-kvd (a kvd of --socket keeps its own: kvd --host-tier-size)\n");
+		return -1;
+	}
+	if (o->compare_tier && !o->host_tier) {
+		fprintf(stderr, "kvbench: --compare-tier replays without the host tier, then with it: give --private-kvd and --host-tier-size\n");
 		return -1;
 	}
 	return 0;

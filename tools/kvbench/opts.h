@@ -84,6 +84,7 @@ struct kvb_model {
 
 struct kvb_trace;
 struct kvb_shared;
+struct kvb_tier_base;
 
 struct kvb_opts {
 	enum kvb_mode	mode;
@@ -137,6 +138,9 @@ struct kvb_opts {
 	struct kvb_shared *sh;
 	const char	*private_pool;	/* --private-kvd: its pool size */
 	const char	*kvd_bin;	/* --kvd */
+	const char	*host_tier;	/* --host-tier-size: of that kvd */
+	bool		compare_tier;	/* --compare-tier: without it, then with */
+	struct kvb_tier_base *tier_base;	/* --compare-tier's first run */
 	/* benchmarks */
 	unsigned	runs;		/* --runs (workload) */
 	unsigned	iters;		/* --iterations (floor, redis) */

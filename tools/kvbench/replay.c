@@ -393,10 +393,11 @@ static void wait_arrival(struct worker *w, size_t i)
 /*
  * Open @q's prompt (prefix lookup + allocation, one round trip), check
  * the stamps of the blocks that hit, stamp the rest, commit them.
- * *@hit: the tokens that hit. On failure @q is closed.
+ * *@hit: the tokens that hit; *@hs: where kvd found those blocks (the
+ * pool, a tier behind it). On failure @q is closed.
  */
 static int replay_prompt(struct worker *w, struct rseq *q, size_t np,
-			 size_t tok_base, size_t *hit)
+			 size_t tok_base, size_t *hit, struct kv_seq_hits *hs)
 {
 	const struct kvb_opts *o = w->o;
 	const struct kvb_treq *r = &o->tr->reqs[q->req];
@@ -423,6 +424,7 @@ static int replay_prompt(struct worker *w, struct rseq *q, size_t np,
 	if (ret < 0)
 		return seq_failed(w, "kv_seq_open_hashes", q->req, ret);
 	*hit = kv_seq_hit_tokens(q->s);
+	kv_seq_hits(q->s, hs);
 	hb = *hit / bt < np ? *hit / bt : np;
 	tab = kv_seq_block_table(q->s, &nr);
 	for (size_t j = 0; j < hb && j < nr; j++)
@@ -455,6 +457,7 @@ static int replay_preempt(struct worker *w, struct rseq *q, size_t np,
 			  size_t tok_base, unsigned n)
 {
 	struct timespec ts = { 0, 1000000L * (w->idx + 1) };
+	struct kv_seq_hits hs;
 	size_t hit;
 
 	kv_seq_close(q->s);
@@ -467,7 +470,42 @@ static int replay_preempt(struct worker *w, struct rseq *q, size_t np,
 		return -1;
 	}
 	nanosleep(&ts, NULL);
-	return replay_prompt(w, q, np, tok_base, &hit);
+	return replay_prompt(w, q, np, tok_base, &hit, &hs);
+}
+
+static uint64_t min_u64(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/*
+ * Count request @i's prompt: @np full blocks looked up, @hit tokens hit,
+ * found where @hs says. Its hit blocks are the host tier's, a disk
+ * tier's and the pool's, which add up to them.
+ */
+static void replay_count(struct worker *w, size_t i, size_t np, size_t hit,
+			 const struct kv_seq_hits *hs)
+{
+	const struct kvb_treq *r = &w->o->tr->reqs[i];
+	unsigned bt = w->o->geom.block_tokens;
+	uint64_t hb = min_u64(hit / bt, np);
+	uint64_t host = min_u64(hs->host, hb);
+	uint64_t disk = min_u64(hs->disk, hb - host);
+
+	w->r.requests++;
+	w->r.prompt_tokens += r->in_len;
+	w->r.hit_tokens += hit;
+	w->r.prompt_blocks += np;
+	w->r.hit_blocks += hb;
+	w->r.host_hit_blocks += host;
+	w->r.disk_hit_blocks += disk;
+	w->r.pool_hit_blocks += hb - host - disk;
+	w->r.output_tokens += r->out_len;
+	/* For the parent's time series. */
+	atomic_fetch_add_explicit(&w->ms->prompt_blocks, np,
+				  memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->ms->hit_blocks, hb,
+				  memory_order_relaxed);
 }
 
 /*
@@ -483,6 +521,7 @@ static int replay_one(struct worker *w, size_t i)
 	const struct kvb_treq *r = &o->tr->reqs[i];
 	unsigned bt = o->geom.block_tokens;
 	size_t np = 0, tok_base = 0, hit = 0;
+	struct kv_seq_hits hs = { 0 };
 	struct rseq *q;
 	uint32_t nr = 0;
 	uint64_t t0;
@@ -501,7 +540,7 @@ static int replay_one(struct worker *w, size_t i)
 	q->span = &w->spans[w->nr_spans];
 	q->span->req = (uint32_t)i;
 	q->span->t_open = now_ns();
-	if (replay_prompt(w, q, np, tok_base, &hit))
+	if (replay_prompt(w, q, np, tok_base, &hit, &hs))
 		return -1;
 	turn_pass(w, i);
 	for (unsigned n = 0; r->out_len; n++) {
@@ -528,18 +567,7 @@ static int replay_one(struct worker *w, size_t i)
 				  memory_order_relaxed);
 	w->nr_spans++;
 	w->nlive++;
-	w->r.requests++;
-	w->r.prompt_tokens += r->in_len;
-	w->r.hit_tokens += hit;
-	w->r.prompt_blocks += np;
-	w->r.hit_blocks += hit / bt < np ? hit / bt : np;
-	w->r.output_tokens += r->out_len;
-	/* For the parent's time series. */
-	atomic_fetch_add_explicit(&w->ms->prompt_blocks, np,
-				  memory_order_relaxed);
-	atomic_fetch_add_explicit(&w->ms->hit_blocks,
-				  hit / bt < np ? hit / bt : np,
-				  memory_order_relaxed);
+	replay_count(w, i, np, hit, &hs);
 	replay_sample(w);
 	return 0;
 

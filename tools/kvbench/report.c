@@ -57,6 +57,9 @@ static void sum_result(struct kvb_result *s, const struct kvb_result *r)
 	s->waste_sum += r->waste_sum;
 	s->waste_samples += r->waste_samples;
 	s->preempted += r->preempted;
+	s->pool_hit_blocks += r->pool_hit_blocks;
+	s->host_hit_blocks += r->host_hit_blocks;
+	s->disk_hit_blocks += r->disk_hit_blocks;
 }
 
 /* Sum counts, merge and sort samples (each process's sorted too). */
@@ -318,6 +321,10 @@ void kvb_report(FILE *f, bool json, const struct kvb_opts *o,
 		kvb_emit_trace(&e, o);
 		kvb_emit_replay_results(&e, o, a);
 		kvb_emit_bound(&e, a);
+		if (a->have_tier)
+			kvb_emit_host_tier(&e, a);
+		if (o->tier_base && o->tier_base->have && o->host_tier)
+			kvb_emit_tier_compare(&e, o, a);
 		if (o->sample_ms) {
 			kvb_emit_series(&e, o, a);
 			kvb_emit_namespaces(&e, o, a);

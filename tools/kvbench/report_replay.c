@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * The replay's sections of the report: its configuration, the trace, the
- * hit ratio against the infinite-cache bound, memory, the allocators
- * compared over the same schedule, and one row per process.
+ * hit ratio against the infinite-cache bound (split into the pool's and
+ * the host tier's hits), the host tier, memory, the allocators compared
+ * over the same schedule, and one row per process.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -22,6 +23,8 @@ static const struct kv_emit_col replay_cols[] = {
 	{ "requests",		"requests",	8 },
 	{ "requests_per_s",	"req/s",	9 },
 	{ "hit_ratio_blocks",	"hit ratio (blocks)", 18 },
+	{ "hit_ratio_pool_blocks", "pool",	6 },
+	{ "hit_ratio_host_blocks", "host tier",	9 },
 	{ "open_p50_us",	"open p50us",	10 },
 	{ "open_p99_us",	"open p99us",	10 },
 	{ "append_p50_us",	"app p50us",	9 },
@@ -78,6 +81,10 @@ void kvb_emit_replay_procs(struct kv_emit *e, const struct kvb_opts *o,
 		kv_emit_cell_f64(e, per_s(r->requests,
 					  r->t_end_ns - r->t_start_ns));
 		kv_emit_cell_f64(e, ratio(r->hit_blocks, r->prompt_blocks));
+		kv_emit_cell_f64(e, ratio(r->pool_hit_blocks,
+					  r->prompt_blocks));
+		kv_emit_cell_f64(e, ratio(r->host_hit_blocks,
+					  r->prompt_blocks));
 		kv_emit_cell_f64(e, pct_us(v[KVB_OP_OPEN],
 					   r->op[KVB_OP_OPEN].nr, 50));
 		kv_emit_cell_f64(e, pct_us(v[KVB_OP_OPEN],
@@ -112,6 +119,9 @@ void kvb_emit_replay_config(struct kv_emit *e, const struct kvb_opts *o,
 		kv_emit_u64(e, "trace_block", "trace block (tokens)",
 			    tr->trace_block);
 	kv_emit_u64(e, "limit", "limit", o->limit);
+	kv_emit_str(e, "host_tier_size", "host tier (private kvd)",
+		    !o->private_pool ? "kvd's own (see kvctl tiers)" :
+		    o->host_tier ? o->host_tier : "none");
 	kv_emit_u64(e, "decode_chunk", "decode chunk (tokens)",
 		    o->decode_chunk);
 	kv_emit_f64(e, "timestamps", "timestamp scale (0 off)",
@@ -194,6 +204,20 @@ void kvb_emit_replay_results(struct kv_emit *e, const struct kvb_opts *o,
 	kvb_emit_frac(e, "bound_blocks", "bound (blocks)", bound);
 	kvb_emit_fixed(e, "bound_gap", "bound - hit ratio", bound - hit, 4,
 		       NULL);
+	/* the hit blocks by where kvd found them (kv_seq_hits) */
+	kv_emit_u64(e, "pool_hit_blocks", "pool hit blocks",
+		    s->pool_hit_blocks);
+	kv_emit_u64(e, "host_hit_blocks", "host tier hit blocks",
+		    s->host_hit_blocks);
+	kv_emit_u64(e, "disk_hit_blocks", "disk tier hit blocks",
+		    s->disk_hit_blocks);
+	kvb_emit_frac(e, "hit_ratio_pool_blocks", "hit ratio, pool",
+		      ratio(s->pool_hit_blocks, s->prompt_blocks));
+	kvb_emit_frac(e, "hit_ratio_host_blocks", "hit ratio, host tier",
+		      ratio(s->host_hit_blocks, s->prompt_blocks));
+	kvb_emit_frac(e, "hit_ratio_disk_blocks", "hit ratio, disk tier",
+		      ratio(s->disk_hit_blocks, s->prompt_blocks));
+	kvb_emit_frac(e, "hit_ratio_total_blocks", "hit ratio, total", hit);
 	kv_emit_u64(e, "kvd_lookups", "kvd lookups",
 		    kvd_delta(o, a, offsetof(struct kv_stats, lookups)));
 	kv_emit_u64(e, "kvd_hit_blocks", "kvd hit blocks",
@@ -250,6 +274,68 @@ void kvb_emit_bound(struct kv_emit *e, const struct agg *a)
 		kv_emit_u64(e, "radix_nodes", "radix: nodes",
 			    b->radix_nodes);
 	}
+	kv_emit_obj_end(e);
+}
+
+/* --host-tier-size: the private kvd's tier over the run (kvctl tiers). */
+void kvb_emit_host_tier(struct kv_emit *e, const struct agg *a)
+{
+	const struct kv_admin_tier *t = &a->tier;
+
+	kv_emit_obj_begin(e, "host_tier", "host tier (kvd)");
+	kvb_emit_bytes(e, "cap_bytes", "size", t->cap_bytes);
+	kvb_emit_bytes(e, "used_bytes", "used at the end", t->used_bytes);
+	kv_emit_u64(e, "blocks", "blocks held at the end", t->blocks);
+	kv_emit_u64(e, "demotions", "taken in (pool evicted)", t->demotions);
+	kv_emit_u64(e, "promotions", "brought back (hits)", t->promotions);
+	kv_emit_u64(e, "lookups", "lookups that asked it", t->lookups);
+	kv_emit_u64(e, "drops", "dropped for room", t->drops);
+	kv_emit_u64(e, "corrupt", "dropped: bad checksum", t->corrupt);
+	kv_emit_u64(e, "replaced", "taken in again", t->replaced);
+	kv_emit_obj_end(e);
+}
+
+/*
+ * --compare-tier: the run without the tier (o->tier_base) beside this
+ * one, with it, on the same pool size, against the bound of the stream.
+ */
+void kvb_emit_tier_compare(struct kv_emit *e, const struct kvb_opts *o,
+			   const struct agg *a)
+{
+	const struct kvb_tier_base *p = o->tier_base;
+	const struct kvb_result *s = &a->sum;
+	double bound = ratio(a->bound.hits, a->bound.refs);
+	double base = ratio(p->sum.hit_blocks, p->sum.prompt_blocks);
+	double tier = ratio(s->hit_blocks, s->prompt_blocks);
+
+	kv_emit_obj_begin(e, "tier_compare",
+			  "pool only vs pool + host tier (same pool, blocks)");
+	kv_emit_str(e, "pool_size", "pool (both runs)", o->private_pool);
+	kv_emit_str(e, "host_tier_size", "host tier (second run)",
+		    o->host_tier);
+	kv_emit_str(e, "pool_only_result", "pool only: result",
+		    p->ok ? "ok" : "FAILED");
+	kv_emit_u64(e, "pool_only_requests", "pool only: requests",
+		    p->sum.requests);
+	kvb_emit_fixed(e, "pool_only_wall_s", "pool only: wall time",
+		       (double)p->wall_ns / 1e9, 2, "s");
+	kv_emit_u64(e, "pool_only_evictions", "pool only: evictions",
+		    p->evictions);
+	kvb_emit_frac(e, "pool_only_hit_ratio", "pool only: hit ratio", base);
+	kvb_emit_frac(e, "tier_hit_ratio_pool", "with tier: from pool",
+		      ratio(s->pool_hit_blocks, s->prompt_blocks));
+	kvb_emit_frac(e, "tier_hit_ratio_host", "with tier: from tier",
+		      ratio(s->host_hit_blocks, s->prompt_blocks));
+	kvb_emit_frac(e, "tier_hit_ratio", "with tier: total", tier);
+	kvb_emit_frac(e, "bound", "bound (infinite cache)", bound);
+	kvb_emit_fixed(e, "pool_only_bound_gap", "bound - pool only",
+		       bound - base, 4, NULL);
+	kvb_emit_fixed(e, "tier_bound_gap", "bound - with tier", bound - tier,
+		       4, NULL);
+	kvb_emit_frac(e, "pool_only_of_bound", "pool only / bound",
+		      bound > 0 ? base / bound : 0);
+	kvb_emit_frac(e, "tier_of_bound", "with tier / bound",
+		      bound > 0 ? tier / bound : 0);
 	kv_emit_obj_end(e);
 }
 

@@ -28,6 +28,13 @@ void kvb_emit_token_bound(struct kv_emit *e, const struct kvb_bound *b,
 
 void kvb_emit_bound(struct kv_emit *e, const struct agg *a);
 
+/* --host-tier-size: the private kvd's tier over the run (a->tier). */
+void kvb_emit_host_tier(struct kv_emit *e, const struct agg *a);
+
+/* --compare-tier: the pool-only run (o->tier_base) beside this one. */
+void kvb_emit_tier_compare(struct kv_emit *e, const struct kvb_opts *o,
+			   const struct agg *a);
+
 void kvb_emit_memory(struct kv_emit *e, const struct kvb_opts *o,
 		     const struct agg *a);
 

@@ -112,6 +112,61 @@ static int final_stats(const struct kvb_opts *o, struct agg *a)
 }
 
 /*
+ * --host-tier-size: the private kvd's host tier (its record "host" of
+ * KV_ADMIN_TIERS), which started with it, so that its counts are this
+ * run's.
+ */
+static void tier_stats(const struct kvb_opts *o, struct agg *a)
+{
+	struct kv_admin_status *st = malloc(KV_ADMIN_REPLY_MAX);
+	const struct kv_admin_tier *t;
+	ssize_t n;
+
+	if (!o->host_tier || !st)
+		goto out;
+	n = kv_admin_call(o->admin_path, KV_ADMIN_TIERS, 0, 0, st);
+	if (n < 0) {
+		fprintf(stderr, "kvbench: the host tier's counts, admin socket %s: %s\n",
+			o->admin_path, strerror((int)-n));
+		goto out;
+	}
+	t = (const struct kv_admin_tier *)(st + 1);
+	if ((size_t)n >= sizeof(*st) && st->magic == KV_MAGIC &&
+	    st->type == KV_MSG_ADMIN_REPLY && !st->status &&
+	    st->nr_records <= KV_ADMIN_MAX_RECORDS &&
+	    sizeof(*st) + st->nr_records * sizeof(*t) <= (size_t)n) {
+		for (uint32_t i = 0; i < st->nr_records; i++) {
+			if (strncmp(t[i].name, "host", sizeof(t[i].name)))
+				continue;
+			a->tier = t[i];
+			a->have_tier = true;
+			goto out;
+		}
+	}
+	fprintf(stderr, "kvbench: kvd reports no host tier (--host-tier-size %s)\n",
+		o->host_tier);
+out:
+	free(st);
+}
+
+/* --compare-tier: keep the pool-only run's figures for the next run. */
+static void tier_base_save(const struct kvb_opts *o, const struct agg *a,
+			   bool ok)
+{
+	struct kvb_tier_base *b = o->tier_base;
+
+	if (!b || o->host_tier)
+		return;
+	b->have = true;
+	b->ok = ok;
+	b->sum = a->sum;
+	b->wall_ns = a->t_end - a->t_start;
+	b->evictions = 0;
+	for (unsigned m = 0; a->have_after && m < o->models; m++)
+		b->evictions += a->after[m].evictions - a->before[m].evictions;
+}
+
+/*
  * --json FILE, opened before the run so that a bad path fails at once,
  * but emptied only when the report is written: a run that never starts
  * leaves a file it found as it was, and removes only one it made.
@@ -146,9 +201,11 @@ static int finish(const struct kvb_opts *o, struct agg *a, struct child *ch,
 	}
 	if (final_stats(o, a))
 		ok = false;
+	tier_stats(o, a);
 	if (o->mode == KVB_MODE_REPLAY && o->compare)
 		kvb_replay_as_run(o, a, ch);
 	ok = ok && !a->sum.bad_blocks;
+	tier_base_save(o, a, ok);
 	if (!o->quiet)
 		kvb_report(stdout, false, o, a, ch, ok);
 	if (json && kvb_write_json(o, json, a, ch, ok))
@@ -169,7 +226,8 @@ int kvb_fleet_run(struct kvb_opts *o)
 	int ret;
 
 	if (o->private_pool) {
-		ret = bench_kvd_start(&pk, o->kvd_bin, o->private_pool) ? 1 : 0;
+		ret = bench_kvd_start(&pk, o->kvd_bin, o->private_pool,
+				      o->host_tier) ? 1 : 0;
 		if (ret)
 			return ret;
 		o->socket = pk.sock;
@@ -234,7 +292,9 @@ out:
 	free(ch);
 	for (int k = 0; k < KVB_NR_OPS; k++)
 		free(a.samp[k]);
-	if (o->private_pool)
+	if (o->private_pool) {
 		bench_kvd_stop(&pk);
+		o->socket = NULL;	/* it was pk's */
+	}
 	return ret;
 }
