@@ -93,6 +93,7 @@ bool __kvd_tier_host_put(struct kvd *d, const struct kv_hash *key,
 	t->e[s] = (struct kvd_tier_entry){
 		.key = *key, .sig = sig, .bytes = bytes, .data = data,
 		.sum = XXH3_64bits(data, bytes), .from_disk = from_disk,
+		.state = KVD_TE_READY,
 	};
 	link_entry(t, s);
 	return true;

@@ -80,6 +80,7 @@ struct kvd_tier {
 	uint32_t	free_slot;	/* free list through hnext, KVD_NIL */
 	uint32_t	*index;		/* [mask + 1]: slot + 1, 0 empty */
 	uint32_t	index_mask;
+	uint32_t	nr_indexed;	/* entries in it, in any state */
 	uint32_t	lru_head, lru_tail;
 	uint64_t	clock;
 	/* since kvd started */

@@ -50,14 +50,45 @@ uint32_t __kvd_tier_find(const struct kvd_tier *t, uint64_t sig,
 	return KVD_NIL;
 }
 
-/* Slot @s, filled, into the index (a lookup finds it from now on). */
-void __kvd_tier_index(struct kvd_tier *t, uint32_t s)
+/* Slot @s, filled (its state set), into the index: a lookup finds it. */
+static void index_link(struct kvd_tier *t, uint32_t s)
 {
 	struct kvd_tier_entry *e = &t->e[s];
 	uint32_t *b = bucket(t, e->sig, &e->key);
 
 	e->hnext = *b;
 	*b = s + 1;
+}
+
+/*
+ * Twice the buckets once there are two entries a bucket: a tier holds
+ * many more blocks than the pool it was first sized by (small blocks,
+ * a large tier), and chains must stay short. Best effort: without the
+ * memory the chains just grow.
+ */
+static void index_grow(struct kvd_tier *t)
+{
+	uint64_t nb = (uint64_t)t->index_mask + 1;
+	uint32_t *n;
+
+	if (t->nr_indexed <= 2 * nb || nb >= (1U << 31))
+		return;
+	n = calloc(nb * 2, sizeof(*n));
+	if (!n)
+		return;
+	free(t->index);
+	t->index = n;
+	t->index_mask = (uint32_t)(nb * 2 - 1);
+	for (uint32_t s = 0; s < t->cap_slots; s++)
+		if (t->e[s].state != KVD_TE_FREE)
+			index_link(t, s);
+}
+
+void __kvd_tier_index(struct kvd_tier *t, uint32_t s)
+{
+	t->nr_indexed++;
+	index_link(t, s);
+	index_grow(t);
 }
 
 /* Slot @s becomes servable: the newest on the LRU, its bytes counted. */
@@ -87,6 +118,7 @@ static void index_del(struct kvd_tier *t, uint32_t s)
 		p = &t->e[*p - 1].hnext;
 	*p = e->hnext;
 	e->hnext = 0;
+	t->nr_indexed--;
 }
 
 static void lru_del(struct kvd_tier *t, uint32_t s)

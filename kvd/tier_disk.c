@@ -453,7 +453,8 @@ static uint32_t adopt(struct kvd_tier *t, const struct disk_hdr *hdr,
 	if (s == KVD_NIL)
 		return 0;
 	t->e[s] = (struct kvd_tier_entry){ .key = hdr->key, .sig = hdr->sig,
-		.sum = hdr->sum, .bytes = hdr->bytes, .unit = u, .units = n };
+		.sum = hdr->sum, .bytes = hdr->bytes, .unit = u, .units = n,
+		.state = KVD_TE_READY };
 	__kvd_tier_index(t, s);
 	__kvd_tier_lru_add(t, s);
 	set_run(k->used, u, n, true);
