@@ -229,6 +229,14 @@ static bool must_wait(const struct kvd_client *c, const struct kv_sqe *sqe,
 	return res == -ENOSPC || res == -EDQUOT;
 }
 
+/* How long a parked @sqe may wait: its own timeout, or a tier's I/O's
+ * (not KV_SQE_WAIT: a lookup waiting for a read), never for ever. */
+static uint64_t wait_ns(const struct kv_sqe *sqe)
+{
+	return sqe->flags & KV_SQE_WAIT ? sqe->args[3] * 1000000ULL :
+	       KVD_TIER_IO_WAIT_NS;
+}
+
 /* Park @sqe at the end of c->waits (room checked by the caller). */
 static void park(struct kvd *d, struct kvd_client *c,
 		 const struct kv_sqe *sqe, int state)
@@ -239,9 +247,7 @@ static void park(struct kvd *d, struct kvd_client *c,
 		c->wait_frees = d->pool.frees;
 	w->sqe = *sqe;
 	w->state = state;
-	/* waiting on a tier's I/O (not KV_SQE_WAIT): never for ever */
-	w->deadline_ns = kvd_now_ns() + (sqe->flags & KV_SQE_WAIT ?
-			 sqe->args[3] * 1000000ULL : KVD_TIER_IO_WAIT_NS);
+	w->deadline_ns = kvd_now_ns() + wait_ns(sqe);
 	c->nr_waits++;
 	/* only its successor in the SQ can be linked to it */
 	c->link = (sqe->flags & KV_SQE_LINK) ? KVD_LINK_PARKED : KVD_LINK_NONE;
@@ -307,7 +313,7 @@ static bool wait_turn(struct kvd *d, struct kvd_client *c,
 		if (!must_wait(c, &w->sqe, *res))
 			return true;
 		w->state = KVD_WAIT_PARKED;
-		w->deadline_ns = now + w->sqe.args[3] * 1000000ULL;
+		w->deadline_ns = now + wait_ns(&w->sqe);
 		return false;
 	}
 	if (now >= w->deadline_ns) {

@@ -69,6 +69,9 @@ struct kvd_disk {
 	uint64_t	evbuf;
 	uint32_t	inflight;	/* writes and reads */
 	uint64_t	writes, reads, errors, busy;
+	struct kvd_late { uint32_t slot; int32_t res; } *late;
+	uint32_t	nr_late;	/* reads finished while nested */
+	char		why[192];	/* set-up failure, for the log */
 };
 
 struct kvd_tier {

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -146,7 +147,7 @@ static struct io_uring_sqe *get_sqe(struct kvd_disk *k)
 	return sqe;
 }
 
-static void reap(struct kvd *d);
+static void reap_some(struct kvd *d, bool nested);
 
 /*
  * A staging run of @n units. When none is free, what has completed
@@ -161,7 +162,7 @@ static uint32_t stage_alloc(struct kvd *d, uint32_t n)
 	if (su != KVD_NIL || !k->inflight)
 		return su;
 	io_uring_submit(k->ring);
-	reap(d);
+	reap_some(d, true);
 	return run_alloc(k->stage_used, k->stage_units, &k->stage_cursor, n);
 }
 
@@ -355,14 +356,25 @@ static void read_done(struct kvd *d, struct kvd_tier *t, uint32_t s, int res)
 	__kvd_tier_forget(t, s);
 }
 
-/* Every completion ready on the ring. */
-static void reap(struct kvd *d)
+/*
+ * Every completion ready on the ring. From inside a spill or a fetch
+ * (@nested: staging was full) a finished read is only noted: landing it
+ * puts a block into the host tier, which may spill again and move the
+ * entries the caller is working on; those land at the next reap.
+ */
+static void reap_some(struct kvd *d, bool nested)
 {
 	struct kvd_tier *t = &d->disk_tier;
 	struct kvd_disk *k = t->disk;
 	struct io_uring_cqe *cqe;
 	bool landed = false;
 
+	while (!nested && k->nr_late) {
+		struct kvd_late l = k->late[--k->nr_late];
+
+		read_done(d, t, l.slot, l.res);
+		landed = true;
+	}
 	while (io_uring_peek_cqe(k->ring, &cqe) == 0) {
 		uint64_t ud = io_uring_cqe_get_data64(cqe);
 		uint32_t s = (uint32_t)ud;
@@ -374,15 +386,22 @@ static void reap(struct kvd *d)
 		k->inflight--;
 		if (s >= t->cap_slots)
 			continue;
-		if (ud & UD_READ)
-			read_done(d, t, s, res);
-		else
+		if (!(ud & UD_READ))
 			write_done(t, s, res);
+		else if (nested)	/* at most one per staging unit */
+			k->late[k->nr_late++] = (struct kvd_late){ s, res };
+		else
+			read_done(d, t, s, res);
 		landed = true;
 	}
 	/* parked lookups try again: what they wait for may be in now */
 	if (landed)
 		d->pool.frees++;
+}
+
+static void reap(struct kvd *d)
+{
+	reap_some(d, false);
 }
 
 void kvd_tier_io_done(struct kvd *d, int res)
@@ -577,7 +596,9 @@ static int open_file(struct kvd *d, struct kvd_disk *k, uint64_t *bytes,
 				 path);
 	}
 	if (fd < 0) {
-		*why = "disk_tier_path: cannot open it";
+		snprintf(k->why, sizeof(k->why), "disk_tier_path %s: cannot open it: %s",
+			 path, strerror(errno));
+		*why = k->why;
 		return -errno;
 	}
 	if (fstat(fd, &st))
@@ -591,7 +612,9 @@ static int open_file(struct kvd *d, struct kvd_disk *k, uint64_t *bytes,
 			*bytes = (uint64_t)end;
 	} else if (!S_ISREG(st.st_mode)) {
 		close(fd);
-		*why = "disk_tier_path: neither a regular file nor a block device";
+		snprintf(k->why, sizeof(k->why), "disk_tier_path %s: neither a regular file nor a block device",
+			 path);
+		*why = k->why;
 		return -EINVAL;
 	} else if (ftruncate(fd, (off_t)*bytes)) {
 		goto err;
@@ -599,7 +622,9 @@ static int open_file(struct kvd *d, struct kvd_disk *k, uint64_t *bytes,
 	k->fd = fd;
 	return 0;
 err:
-	*why = "disk_tier_path: cannot size it";
+	snprintf(k->why, sizeof(k->why), "disk_tier_path %s: cannot size it: %s",
+		 path, strerror(errno));
+	*why = k->why;
 	close(fd);
 	return -errno;
 }
@@ -665,7 +690,8 @@ static int kvd_disk_init(struct kvd *d, const char **why)
 	k->used = calloc(k->nr_units / BPL + 1, sizeof(unsigned long));
 	k->stage_used = calloc(k->stage_units / BPL + 1, sizeof(unsigned long));
 	k->stage = aligned_alloc(UNIT, (size_t)k->stage_units * UNIT);
-	if (!k->used || !k->stage_used || !k->stage) {
+	k->late = calloc(k->stage_units, sizeof(*k->late));
+	if (!k->used || !k->stage_used || !k->stage || !k->late) {
 		*why = "no memory for the disk tier's books";
 		return -ENOMEM;
 	}
@@ -720,6 +746,7 @@ static void kvd_disk_exit(struct kvd *d)
 	free(k->stage);
 	free(k->used);
 	free(k->stage_used);
+	free(k->late);
 	free(k);
 	d->disk_tier.disk = NULL;
 }

@@ -224,7 +224,7 @@ static void emit_tiers(struct kv_emit *e, const struct kv_admin_status *st,
 
 static int kvctl_cmd_tiers(struct kv_emit *e, const struct kvctl_reply *r)
 {
-	emit_tiers(e, r->st, r->rec, 0);
+	emit_tiers(e, r->st, r->rec, r->st->uptime_ms);
 	return 0;
 }
 
