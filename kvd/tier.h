@@ -71,6 +71,7 @@ struct kvd_disk {
 	uint64_t	writes, reads, errors, busy;
 	struct kvd_late { uint32_t slot; int32_t res; } *late;
 	uint32_t	nr_late;	/* reads finished while nested */
+	bool		flushing;	/* kvd stops: room is waited for */
 	char		why[192];	/* set-up failure, for the log */
 };
 

@@ -159,11 +159,21 @@ static uint32_t stage_alloc(struct kvd *d, uint32_t n)
 	uint32_t su = run_alloc(k->stage_used, k->stage_units,
 				&k->stage_cursor, n);
 
+	struct io_uring_cqe *cqe;
+
 	if (su != KVD_NIL || !k->inflight)
 		return su;
 	io_uring_submit(k->ring);
 	reap_some(d, true);
-	return run_alloc(k->stage_used, k->stage_units, &k->stage_cursor, n);
+	su = run_alloc(k->stage_used, k->stage_units, &k->stage_cursor, n);
+	/* at a stop (flush) waiting is fine: nothing is dropped for room */
+	while (su == KVD_NIL && k->flushing && k->inflight &&
+	       !io_uring_wait_cqe(k->ring, &cqe)) {
+		reap_some(d, true);
+		su = run_alloc(k->stage_used, k->stage_units,
+			       &k->stage_cursor, n);
+	}
+	return su;
 }
 
 static bool kvd_disk_spill(struct kvd *d, const struct kvd_tier_entry *h)
@@ -554,6 +564,7 @@ static void flush(struct kvd *d)
 	struct kvd_disk *k = d->disk_tier.disk;
 	struct io_uring_cqe *cqe;
 
+	k->flushing = true;
 	for (uint32_t i = 0; d->ns && i < d->cfg.max_namespaces; i++)
 		if (d->ns[i].live)
 			kvd_ns_evict_all(&d->ns[i]);	/* into the host tier */
