@@ -8,8 +8,8 @@
  * block's index key (tenant key mixed in) and an XXH3-64 checksum of its
  * bytes, so a block only ever comes back to the namespace it left, and a
  * corrupted one is dropped, not served. When the tier is full its least
- * recently demoted entries are dropped (a disk tier below it is to take
- * them: not built yet).
+ * recently taken-in entries go to the disk tier below it (tier_disk.c),
+ * or are dropped without one.
  *
  * Above ns.c: the pool calls kvd_tier_demote through pool->on_evict with
  * the block's bytes still in place; opdef.c calls kvd_tier_promote after
@@ -72,6 +72,7 @@ struct kvd_disk {
 	struct kvd_late { uint32_t slot; int32_t res; } *late;
 	uint32_t	nr_late;	/* reads finished while nested */
 	bool		flushing;	/* kvd stops: room is waited for */
+	uint64_t	seq;		/* the last write's order number */
 	char		why[192];	/* set-up failure, for the log */
 };
 

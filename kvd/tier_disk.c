@@ -53,7 +53,7 @@ struct disk_hdr {
 	struct kv_hash	key;
 	uint64_t	bytes;
 	uint64_t	sum;
-	uint8_t		pad[8];
+	uint64_t	seq;		/* write order: the newest copy wins */
 };
 _Static_assert(sizeof(struct disk_hdr) == 64, "disk_hdr");
 
@@ -214,7 +214,7 @@ static bool kvd_disk_spill(struct kvd *d, const struct kvd_tier_entry *h)
 	hdr = (struct disk_hdr *)(k->stage + (uint64_t)su * UNIT);
 	*hdr = (struct disk_hdr){ .magic = DISK_MAGIC, .version = DISK_VERSION,
 		.hdr_bytes = sizeof(*hdr), .sig = h->sig, .key = h->key,
-		.bytes = h->bytes, .sum = h->sum };
+		.bytes = h->bytes, .sum = h->sum, .seq = ++k->seq };
 	memcpy(hdr + 1, h->data, h->bytes);
 	t->e[s] = (struct kvd_tier_entry){ .key = h->key, .sig = h->sig,
 		.sum = h->sum, .bytes = h->bytes, .unit = u, .units = n,
@@ -463,61 +463,138 @@ static uint64_t fingerprint(const struct kvd *d)
 	return h;
 }
 
-/* Register the run whose header is @hdr at unit @u: its units, or 0. */
-static uint32_t adopt(struct kvd_tier *t, const struct disk_hdr *hdr,
-		      uint32_t u)
+/* A run header found by the scan. */
+struct found {
+	struct disk_hdr	hdr;
+	uint32_t	unit;
+};
+
+static bool hdr_ok(const struct kvd_disk *k, const struct disk_hdr *hdr,
+		   uint32_t u)
+{
+	return hdr->magic == DISK_MAGIC && hdr->version == DISK_VERSION &&
+	       hdr->hdr_bytes == sizeof(*hdr) && hdr->bytes &&
+	       hdr->bytes <= (uint64_t)k->nr_units * UNIT &&
+	       u + units_for(hdr->bytes) <= k->nr_units;
+}
+
+static int by_seq_down(const void *a, const void *b)
+{
+	const struct found *x = a, *y = b;
+
+	return x->hdr.seq < y->hdr.seq ? 1 : x->hdr.seq > y->hdr.seq ? -1 : 0;
+}
+
+/* Slots by the seq their adopt() left in tick (qsort_r, @arg the tier). */
+static int by_tick(const void *a, const void *b, void *arg)
+{
+	const struct kvd_tier *t = arg;
+	uint64_t x = t->e[*(const uint32_t *)a].tick;
+	uint64_t y = t->e[*(const uint32_t *)b].tick;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Are units [u, u + n) all free? */
+static bool run_free(const struct kvd_disk *k, uint32_t u, uint32_t n)
+{
+	for (uint32_t i = u; i < u + n; i++)
+		if (bit(k->used, i))
+			return false;
+	return true;
+}
+
+/* Register @f's run: false when a newer copy or a newer run has it. */
+static bool adopt(struct kvd_tier *t, const struct found *f)
 {
 	struct kvd_disk *k = t->disk;
-	uint32_t n, s;
+	uint32_t n = units_for(f->hdr.bytes), s;
 
-	if (hdr->magic != DISK_MAGIC || hdr->version != DISK_VERSION ||
-	    hdr->hdr_bytes != sizeof(*hdr) || !hdr->bytes ||
-	    hdr->bytes > (uint64_t)k->nr_units * UNIT)
-		return 0;
-	n = units_for(hdr->bytes);
-	if (u + n > k->nr_units ||
-	    __kvd_tier_find(t, hdr->sig, &hdr->key) != KVD_NIL)
-		return 0;	/* cut off, or an older copy */
+	if (!run_free(k, f->unit, n) ||
+	    __kvd_tier_find(t, f->hdr.sig, &f->hdr.key) != KVD_NIL)
+		return false;
 	s = __kvd_tier_slot(t);
 	if (s == KVD_NIL)
-		return 0;
-	t->e[s] = (struct kvd_tier_entry){ .key = hdr->key, .sig = hdr->sig,
-		.sum = hdr->sum, .bytes = hdr->bytes, .unit = u, .units = n,
-		.state = KVD_TE_READY };
+		return false;
+	t->e[s] = (struct kvd_tier_entry){ .key = f->hdr.key,
+		.sig = f->hdr.sig, .sum = f->hdr.sum, .bytes = f->hdr.bytes,
+		.unit = f->unit, .units = n, .state = KVD_TE_READY,
+		.tick = f->hdr.seq };
 	__kvd_tier_index(t, s);
-	__kvd_tier_lru_add(t, s);
-	set_run(k->used, u, n, true);
-	return n;
+	set_run(k->used, f->unit, n, true);
+	if (f->hdr.seq > k->seq)
+		k->seq = f->hdr.seq;
+	return true;
 }
 
 /*
- * Rebuild the index from the file, read in chunks of the staging buffer
- * before anything else uses it. A run's bytes are checked when it is
- * read back, as any other. Returns the blocks kept.
+ * Every header the file holds (freed runs keep theirs, and a newer run
+ * may cover part of an older one), read in chunks of the staging buffer
+ * before anything else uses it. NULL without memory.
  */
-static uint32_t scan(struct kvd_tier *t)
+static struct found *find_all(struct kvd_disk *k, uint32_t *nr)
 {
-	struct kvd_disk *k = t->disk;
-	uint32_t chunk = k->stage_units, kept = 0;
+	uint32_t chunk = k->stage_units, cap = 1024;
+	struct found *f = malloc(cap * sizeof(*f));
 
-	for (uint32_t base = 1; base < k->nr_units; ) {
+	*nr = 0;
+	for (uint32_t base = 1; f && base < k->nr_units; base += chunk) {
 		uint32_t n = k->nr_units - base < chunk ? k->nr_units - base :
-			     chunk, u = 0;
+			     chunk;
 		ssize_t r = pread(k->fd, k->stage, (size_t)n * UNIT,
 				  (off_t)base * UNIT);
 
 		if (r < (ssize_t)UNIT)
 			break;
-		n = (uint32_t)(r / UNIT);
-		while (u < n) {
-			uint32_t got = adopt(t, (const void *)(k->stage +
-						(uint64_t)u * UNIT), base + u);
+		for (uint32_t u = 0; u < (uint32_t)(r / UNIT); u++) {
+			const struct disk_hdr *h = (const void *)(k->stage +
+							(uint64_t)u * UNIT);
+			struct found *g;
 
-			kept += !!got;
-			u += got ? got : 1;
+			if (!hdr_ok(k, h, base + u))
+				continue;
+			if (*nr == cap) {
+				g = realloc(f, 2 * cap * sizeof(*f));
+				if (!g)
+					break;
+				f = g;
+				cap *= 2;
+			}
+			f[(*nr)++] = (struct found){ *h, base + u };
 		}
-		base += u;	/* a run may reach past the chunk */
 	}
+	return f;
+}
+
+/*
+ * Rebuild the index: the newest copy of each block whose run no newer
+ * run overlaps, on the LRU in write order (the oldest the coldest). A
+ * run's bytes are checked when it is read back, as any other. Returns
+ * the blocks kept.
+ */
+static uint32_t scan(struct kvd_tier *t)
+{
+	struct kvd_disk *k = t->disk;
+	uint32_t nr, kept = 0, *slots;
+	struct found *f = find_all(k, &nr);
+
+	if (!f)
+		return 0;
+	qsort(f, nr, sizeof(*f), by_seq_down);
+	for (uint32_t i = 0; i < nr; i++)
+		kept += adopt(t, &f[i]);
+	free(f);
+	/* onto the LRU oldest first: by their write order */
+	slots = malloc((size_t)kept * sizeof(*slots));
+	nr = 0;
+	for (uint32_t s = 0; slots && s < t->cap_slots; s++)
+		if (t->e[s].state == KVD_TE_READY)
+			slots[nr++] = s;
+	if (slots)
+		qsort_r(slots, nr, sizeof(*slots), by_tick, t);
+	for (uint32_t i = 0; i < nr; i++)
+		__kvd_tier_lru_add(t, slots[i]);
+	free(slots);
 	return kept;
 }
 
