@@ -77,6 +77,7 @@ struct kvd_client {
 	int32_t		def_res;
 	uint32_t	def_flags;
 	uint32_t	cqe_flags;	/* the CQE flags of the op just issued */
+	bool		no_fetch;	/* its disk-tier wait ran out (ring.c) */
 	uint64_t	def_user_data;
 	uint64_t	t_accept_ns;
 	/*

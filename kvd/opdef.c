@@ -82,6 +82,14 @@ static int op_alloc(struct kvd *d, struct kvd_client *c,
 	return ret;
 }
 
+/* KV_CQE_HOST_HITS, KV_CQE_DISK_HITS of @n promoted, @disk of them from
+ * the disk tier: 16 bits each, saturating (n <= KV_MAX_IDS = 65536). */
+static uint32_t cqe_tier_flags(uint32_t n, uint32_t disk)
+{
+	return (n - disk < 0xffff ? n - disk : 0xffff) |
+	       (disk < 0xffff ? disk : 0xffff) << 16;
+}
+
 /*
  * The hashes [@h, @nr) a request's pool lookup missed, from the tiers
  * behind the pool (kvd/tier.c): how many came back, said in the CQE's
@@ -97,10 +105,7 @@ static uint32_t promote(struct kvd *d, struct kvd_client *c,
 		return 0;
 	n = kvd_tier_promote(d, c, hashes, h, nr, SCRATCH_IDS(d), fresh,
 			     &disk);
-	/* KV_CQE_HOST_HITS, KV_CQE_DISK_HITS: 16 bits each, saturating
-	 * (n <= KV_MAX_IDS = 65536) */
-	c->cqe_flags = (n - disk < 0xffff ? n - disk : 0xffff) |
-		       (disk < 0xffff ? disk : 0xffff) << 16;
+	c->cqe_flags = cqe_tier_flags(n, disk);
 	return n;
 }
 
@@ -111,7 +116,7 @@ static uint32_t promote(struct kvd *d, struct kvd_client *c,
 static int fetch(struct kvd *d, struct kvd_client *c, const struct kv_sqe *sqe,
 		 const struct kv_hash *hashes, uint32_t nr)
 {
-	if (sqe->flags & KV_SQE_POOL_ONLY)
+	if ((sqe->flags & KV_SQE_POOL_ONLY) || c->no_fetch)
 		return 0;
 	return kvd_tier_fetch(d, c, hashes, nr);
 }
@@ -140,6 +145,37 @@ static int op_lookup(struct kvd *d, struct kvd_client *c,
 	return ret;
 }
 
+/*
+ * ALLOC_PREFIX with the host tier: the run past the pool's hits is taken
+ * out of the tier first, so that the request's own allocation, which
+ * evicts into the tier, cannot push it out; then it lands in the blocks
+ * allocated for it.
+ */
+static int alloc_prefix_tiered(struct kvd *d, struct kvd_client *c,
+			       const struct kv_sqe *sqe,
+			       const struct kv_hash *hashes)
+{
+	uint32_t n_hashes = (uint32_t)sqe->args[1], h0, disk;
+	struct kvd_tier_run run = { 0 };
+	int ret;
+
+	if (!(sqe->flags & KV_SQE_POOL_ONLY)) {
+		h0 = kvd_ns_peek(c->ns, hashes, n_hashes);
+		kvd_tier_take(d, c, hashes, h0, n_hashes, &run);
+	}
+	ret = kvd_ns_alloc_prefix(c->ns, &c->holder, hashes, n_hashes,
+				  SCRATCH_IDS(d), sqe->nr);
+	if (!run.n)
+		return ret;
+	if (ret < 0 || (uint32_t)ret != run.from) {
+		kvd_tier_untake(d, &run);	/* nothing to land it in */
+		return ret;
+	}
+	ret += kvd_tier_land(d, c, hashes, &run, SCRATCH_IDS(d), true, &disk);
+	c->cqe_flags = cqe_tier_flags((uint32_t)ret - run.from, disk);
+	return ret;
+}
+
 /* ALLOC_PREFIX: nr ids to off; args[1] hashes at args[0]. */
 static int op_alloc_prefix(struct kvd *d, struct kvd_client *c,
 			   const struct kv_sqe *sqe)
@@ -155,11 +191,7 @@ static int op_alloc_prefix(struct kvd *d, struct kvd_client *c,
 	ret = fetch(d, c, sqe, hashes, (uint32_t)sqe->args[1]);
 	if (ret)
 		return ret;
-	ret = kvd_ns_alloc_prefix(c->ns, &c->holder, hashes,
-				  (uint32_t)sqe->args[1], SCRATCH_IDS(d), sqe->nr);
-	if (ret >= 0)
-		ret += promote(d, c, sqe, hashes, (uint32_t)ret,
-			       (uint32_t)sqe->args[1], true);
+	ret = alloc_prefix_tiered(d, c, sqe, hashes);
 	if (ret >= 0)
 		memcpy(c->data + sqe->off, SCRATCH_IDS(d), (size_t)sqe->nr * 4);
 	return ret;

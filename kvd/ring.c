@@ -237,6 +237,24 @@ static uint64_t wait_ns(const struct kv_sqe *sqe)
 	       KVD_TIER_IO_WAIT_NS;
 }
 
+/*
+ * A parked @sqe's time is up. One that waited on a tier's read (a
+ * stuck disk) is served now with what the pool and the host tier have,
+ * not failed; one of KV_SQE_WAIT gets -ETIMEDOUT.
+ */
+static int past_deadline(struct kvd *d, struct kvd_client *c,
+			 const struct kv_sqe *sqe)
+{
+	int res;
+
+	if (sqe->flags & KV_SQE_WAIT)
+		return -ETIMEDOUT;
+	c->no_fetch = true;
+	res = kvd_op_issue(d, c, sqe);
+	c->no_fetch = false;
+	return res == -EINPROGRESS ? -ETIMEDOUT : res;
+}
+
 /* Park @sqe at the end of c->waits (room checked by the caller). */
 static void park(struct kvd *d, struct kvd_client *c,
 		 const struct kv_sqe *sqe, int state)
@@ -317,7 +335,7 @@ static bool wait_turn(struct kvd *d, struct kvd_client *c,
 		return false;
 	}
 	if (now >= w->deadline_ns) {
-		*res = -ETIMEDOUT;
+		*res = past_deadline(d, c, &w->sqe);
 		return true;
 	}
 	if (!freed)

@@ -222,7 +222,8 @@ static uint32_t copy_in(struct kvd *d, struct kvd_ns *ns,
 		uint8_t *dst = (uint8_t *)d->pool_map +
 			       (uint64_t)ids[i] * ns->block_bytes;
 
-		if (XXH3_64bits(got[i].data, got[i].bytes) != got[i].sum) {
+		if (got[i].bytes != ns->block_bytes ||
+		    XXH3_64bits(got[i].data, got[i].bytes) != got[i].sum) {
 			free(got[i].data);
 			t->corrupt++;
 			kvd_warn("host tier: a block of namespace %u failed its checksum: dropped",
@@ -262,31 +263,53 @@ static uint32_t publish(struct kvd_client *c, const struct kv_hash *hashes,
 	return done;
 }
 
-uint32_t kvd_tier_promote(struct kvd *d, struct kvd_client *c,
-			  const struct kv_hash *hashes, uint32_t from,
-			  uint32_t nr, uint32_t *ids, bool fresh,
-			  uint32_t *from_disk)
+void kvd_tier_take(struct kvd *d, struct kvd_client *c,
+		   const struct kv_hash *hashes, uint32_t from, uint32_t nr,
+		   struct kvd_tier_run *run)
 {
 	struct kvd_tier *t = &d->host_tier;
-	struct kvd_tier_entry *got;
-	uint32_t n, ok, pub;
+
+	run->got = NULL;
+	run->from = from;
+	run->n = 0;
+	if (!t->nr_entries || from >= nr)
+		return;
+	run->got = malloc((size_t)(nr - from) * sizeof(*run->got));
+	if (!run->got)
+		return;
+	t->lookups++;
+	run->n = take_run(t, c->ns, hashes, from, nr, run->got);
+}
+
+void kvd_tier_untake(struct kvd *d, struct kvd_tier_run *run)
+{
+	put_back(d, run->got, run->n);
+	free(run->got);
+	run->got = NULL;
+	run->n = 0;
+}
+
+uint32_t kvd_tier_land(struct kvd *d, struct kvd_client *c,
+		       const struct kv_hash *hashes, struct kvd_tier_run *run,
+		       uint32_t *ids, bool fresh, uint32_t *from_disk)
+{
+	struct kvd_tier *t = &d->host_tier;
+	uint32_t n = run->n, from = run->from, ok, pub;
 
 	*from_disk = 0;
-	if (!t->nr_entries || from >= nr)
+	if (!n) {
+		free(run->got);
 		return 0;
-	got = malloc((size_t)(nr - from) * sizeof(*got));
-	if (!got)
-		return 0;
-	t->lookups++;
-	n = take_run(t, c->ns, hashes, from, nr, got);
-	if (n && !fresh && kvd_ns_alloc(c->ns, &c->holder, ids + from, n) < 0) {
-		put_back(d, got, n);	/* no room: the pool's hits only */
-		n = 0;
 	}
-	ok = copy_in(d, c->ns, got, n, ids + from);
+	if (!fresh && kvd_ns_alloc(c->ns, &c->holder, ids + from, n) < 0) {
+		kvd_tier_untake(d, run);	/* no room: the pool's hits */
+		return 0;
+	}
+	ok = copy_in(d, c->ns, run->got, n, ids + from);
 	for (uint32_t i = 0; i < ok; i++)
-		*from_disk += got[i].from_disk;
-	free(got);
+		*from_disk += run->got[i].from_disk;
+	free(run->got);
+	run->got = NULL;
 	pub = publish(c, hashes, from, ok, ids);
 	/* for a lookup, blocks copied in vain go back at once */
 	if (!fresh && pub < n)
@@ -295,6 +318,17 @@ uint32_t kvd_tier_promote(struct kvd *d, struct kvd_client *c,
 		*from_disk = pub;	/* a publish cut short: roughly */
 	t->promotions += pub;
 	return pub;
+}
+
+uint32_t kvd_tier_promote(struct kvd *d, struct kvd_client *c,
+			  const struct kv_hash *hashes, uint32_t from,
+			  uint32_t nr, uint32_t *ids, bool fresh,
+			  uint32_t *from_disk)
+{
+	struct kvd_tier_run run;
+
+	kvd_tier_take(d, c, hashes, from, nr, &run);
+	return kvd_tier_land(d, c, hashes, &run, ids, fresh, from_disk);
 }
 
 int kvd_host_tier_check(const struct kvd *d, const char **why)

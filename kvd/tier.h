@@ -73,7 +73,7 @@ struct kvd_disk {
 	uint32_t	nr_late;	/* reads finished while nested */
 	bool		flushing;	/* kvd stops: room is waited for */
 	uint64_t	seq;		/* the last write's order number */
-	char		why[192];	/* set-up failure, for the log */
+	char		why[320];	/* set-up failure, for the log */
 };
 
 struct kvd_tier {
@@ -139,6 +139,25 @@ uint32_t kvd_tier_promote(struct kvd *d, struct kvd_client *c,
 			  const struct kv_hash *hashes, uint32_t from,
 			  uint32_t nr, uint32_t *ids, bool fresh,
 			  uint32_t *from_disk);
+
+/*
+ * The two halves of kvd_tier_promote, for an ALLOC_PREFIX that must take
+ * the run out of the tier before its own allocation evicts into it:
+ * kvd_tier_take (the run of @hashes[@from..@nr) the host tier has, out
+ * of it, into @run), then kvd_tier_land (as kvd_tier_promote, from
+ * @run) or kvd_tier_untake (back into the tier, as the newest).
+ */
+struct kvd_tier_run {
+	struct kvd_tier_entry *got;
+	uint32_t	from, n;
+};
+void kvd_tier_take(struct kvd *d, struct kvd_client *c,
+		   const struct kv_hash *hashes, uint32_t from, uint32_t nr,
+		   struct kvd_tier_run *run);
+uint32_t kvd_tier_land(struct kvd *d, struct kvd_client *c,
+		       const struct kv_hash *hashes, struct kvd_tier_run *run,
+		       uint32_t *ids, bool fresh, uint32_t *from_disk);
+void kvd_tier_untake(struct kvd *d, struct kvd_tier_run *run);
 
 /* kvd_tier_check - the tiers' books: 0, or -EUCLEAN with *why. */
 int kvd_tier_check(const struct kvd *d, const char **why);

@@ -221,7 +221,9 @@ static bool kvd_disk_spill(struct kvd *d, const struct kvd_tier_entry *h)
 		.sunit = su, .state = KVD_TE_WRITING };
 	__kvd_tier_index(t, s);
 	io_uring_prep_write_fixed(sqe, 0, hdr, n * UNIT, (uint64_t)u * UNIT, 0);
-	sqe->flags |= IOSQE_FIXED_FILE;
+	/* IOSQE_ASYNC: to io_uring's workers at once, so that a file system
+	 * that would block at issue (FUSE) never stalls the loop */
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_ASYNC;
 	io_uring_sqe_set_data64(sqe, s);
 	k->inflight++;
 	t->demotions++;
@@ -261,7 +263,7 @@ static bool start_read(struct kvd *d, struct kvd_tier *t, uint32_t s)
 	e->sunit = su;
 	io_uring_prep_read_fixed(sqe, 0, k->stage + (uint64_t)su * UNIT,
 				 e->units * UNIT, (uint64_t)e->unit * UNIT, 0);
-	sqe->flags |= IOSQE_FIXED_FILE;
+	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_ASYNC;
 	io_uring_sqe_set_data64(sqe, UD_READ | s);
 	k->inflight++;
 	return true;
@@ -310,7 +312,11 @@ int kvd_tier_fetch(struct kvd *d, struct kvd_client *c,
 
 static void io_failed(struct kvd_tier *t, uint32_t s, bool write, int res)
 {
+	static struct kvd_ratelimit rl;
+
 	t->disk->errors++;
+	if (!kvd_ratelimit(&rl))
+		return;
 	kvd_warn("disk tier: %s of a %llu-byte block failed (%s): dropped",
 		 write ? "write" : "read", (unsigned long long)t->e[s].bytes,
 		 res < 0 ? strerror(-res) : "short transfer");
@@ -667,6 +673,21 @@ static void flush(struct kvd *d)
 
 /* ---- set-up ---- */
 
+/* Does the file at @fd start with a kvd tier's superblock? */
+static bool is_tier_file(int fd)
+{
+	uint64_t magic = 0;
+	void *buf = aligned_alloc(UNIT, UNIT);
+	bool ok = false;
+
+	if (buf && pread(fd, buf, UNIT, 0) >= (ssize_t)sizeof(magic)) {
+		memcpy(&magic, buf, sizeof(magic));
+		ok = magic == SB_MAGIC;
+	}
+	free(buf);
+	return ok;
+}
+
 /* The file, sized; O_DIRECT where the file system takes it. */
 static int open_file(struct kvd *d, struct kvd_disk *k, uint64_t *bytes,
 		     const char **why)
@@ -691,7 +712,27 @@ static int open_file(struct kvd *d, struct kvd_disk *k, uint64_t *bytes,
 	}
 	if (fstat(fd, &st))
 		goto err;
+	if (S_ISREG(st.st_mode) && st.st_size && !is_tier_file(fd)) {
+		close(fd);
+		snprintf(k->why, sizeof(k->why), "disk_tier_path %s: an existing file that is not a kvd tier file (kvd will not overwrite it)",
+			 path);
+		*why = k->why;
+		return -EEXIST;
+	}
 	if (S_ISBLK(st.st_mode)) {
+		/* O_EXCL on a block device: refused while it is mounted */
+		int x = open(path, O_RDWR | O_EXCL | O_CLOEXEC |
+			     (k->direct ? O_DIRECT : 0));
+
+		if (x < 0) {
+			close(fd);
+			snprintf(k->why, sizeof(k->why), "disk_tier_path %s: the device is in use (mounted?): %s",
+				 path, strerror(errno));
+			*why = k->why;
+			return -EBUSY;
+		}
+		close(fd);
+		fd = x;
 		off_t end = lseek(fd, 0, SEEK_END);
 
 		if (end < 0)
