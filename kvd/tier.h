@@ -181,6 +181,7 @@ uint32_t __kvd_tier_find(const struct kvd_tier *t, uint64_t sig,
 uint32_t __kvd_tier_slot(struct kvd_tier *t);
 void __kvd_tier_index(struct kvd_tier *t, uint32_t s);
 void __kvd_tier_lru_add(struct kvd_tier *t, uint32_t s);
+void __kvd_tier_lru_del(struct kvd_tier *t, uint32_t s);
 void __kvd_tier_forget(struct kvd_tier *t, uint32_t s);
 bool __kvd_tier_host_put(struct kvd *d, const struct kv_hash *key,
 			 uint64_t sig, const void *src, uint64_t bytes,

@@ -121,7 +121,8 @@ static void index_del(struct kvd_tier *t, uint32_t s)
 	t->nr_indexed--;
 }
 
-static void lru_del(struct kvd_tier *t, uint32_t s)
+/* Off the LRU (no longer servable, still indexed); its bytes uncounted. */
+void __kvd_tier_lru_del(struct kvd_tier *t, uint32_t s)
 {
 	struct kvd_tier_entry *e = &t->e[s];
 
@@ -145,7 +146,7 @@ void __kvd_tier_forget(struct kvd_tier *t, uint32_t s)
 
 	index_del(t, s);
 	if (e->state == KVD_TE_READY)
-		lru_del(t, s);
+		__kvd_tier_lru_del(t, s);
 	e->state = KVD_TE_FREE;
 	e->data = NULL;
 	e->hnext = t->free_slot == KVD_NIL ? 0 : t->free_slot + 1;

@@ -249,16 +249,7 @@ static bool start_read(struct kvd *d, struct kvd_tier *t, uint32_t s)
 		set_run(k->stage_used, su, e->units, false);
 		return false;
 	}
-	t->nr_entries--;		/* off the LRU while it is read */
-	t->used_bytes -= e->bytes;
-	if (e->lru_prev == KVD_NIL)
-		t->lru_head = e->lru_next;
-	else
-		t->e[e->lru_prev].lru_next = e->lru_next;
-	if (e->lru_next == KVD_NIL)
-		t->lru_tail = e->lru_prev;
-	else
-		t->e[e->lru_next].lru_prev = e->lru_prev;
+	__kvd_tier_lru_del(t, s);	/* off the LRU while it is read */
 	e->state = KVD_TE_READING;
 	e->sunit = su;
 	io_uring_prep_read_fixed(sqe, 0, k->stage + (uint64_t)su * UNIT,

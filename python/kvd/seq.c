@@ -294,6 +294,16 @@ static PyObject *seq_positions(seq_object *so, PyObject *args, PyObject *kw)
 	return l;
 }
 
+static PyObject *seq_get_hits(seq_object *so, void *unused)
+{
+	struct kv_seq_hits h = { 0 };
+
+	if (so->s)
+		kv_seq_hits(so->s, &h);
+	return Py_BuildValue("{s:I,s:I,s:I}", "pool", h.pool, "host", h.host,
+			     "disk", h.disk);
+}
+
 static PyObject *seq_get_block_table(seq_object *so, void *unused)
 {
 	const kv_block_t *t;
@@ -390,6 +400,9 @@ static PyGetSetDef seq_getset[] = {
 	{ "block_table", (getter)seq_get_block_table, NULL, "[id, ...] in order", NULL },
 	{ "hit_tokens", (getter)seq_get_hit_tokens, NULL,
 	  "tokens whose KV was already in the pool at open", NULL },
+	{ "hits", (getter)seq_get_hits, NULL,
+	  "{'pool', 'host', 'disk'}: where the hit blocks came from\n"
+	  "(kv_seq_hits(3): kvd's tiers behind the pool)", NULL },
 	{ "closed", (getter)seq_get_closed, NULL, "True once closed", NULL },
 	{ 0 },
 };

@@ -227,6 +227,7 @@ def test_seq(k):
         assert e.value.errno == errno.EBADF
         t = a.seq_open(list(range(40)))
         assert t.hit_tokens == 32                # two full blocks cached
+        assert t.hits == dict(pool=2, host=0, disk=0)
         # the Client closes its open Seqs
     assert t.closed
 
