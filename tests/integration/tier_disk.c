@@ -304,8 +304,18 @@ static void test_restart(void)
 	unlink(conf);
 }
 
+/* The files outside kvd's directory go, however the test ends. */
+static void remove_files(void)
+{
+	if (disk[0])
+		unlink(disk);
+	if (conf[0])
+		unlink(conf);
+}
+
 int main(void)
 {
+	atexit(remove_files);
 	test_restart();
 	test_round_trip();
 	test_tampered();
