@@ -179,7 +179,7 @@ UNIT_LDLIBS	:= -lcmocka -luring -lxxhash -ldl -lm
 # The namespace layers (ns over prefix, hold, slab, over pool).
 UNIT_NS_OBJS	:= $(call kvd_objs,ns reclaim prefix hold slab pool log)
 # The kvd.conf parser and what it calls (ctx.c: context policies).
-UNIT_CONF_OBJS	:= $(call kvd_objs,config conf_parse options) \
+UNIT_CONF_OBJS	:= $(call kvd_objs,config conf_parse conf_ctx options) \
 		   $(O)/obj/libkvclient/ctx.o
 # test_abi links nothing but itself.
 $(O)/tests/unit/test_config:	$(UNIT_CONF_OBJS)
@@ -349,7 +349,7 @@ $(FUZZ_O)/fuzz_ctrl $(FUZZ_O)/fuzz_sqe: $(FUZZ_O)/fuzz_%: $(FUZZ_O)/obj/tests/fu
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^ $(FUZZ_KVD_LD)
 
-$(FUZZ_O)/fuzz_conf: $(FUZZ_O)/obj/tests/fuzz/fuzz_conf.o $(FUZZ_UTIL) $(FUZZ_O)/obj/kvd/config.o $(FUZZ_O)/obj/kvd/conf_parse.o \
+$(FUZZ_O)/fuzz_conf: $(FUZZ_O)/obj/tests/fuzz/fuzz_conf.o $(FUZZ_UTIL) $(FUZZ_O)/obj/kvd/config.o $(FUZZ_O)/obj/kvd/conf_parse.o $(FUZZ_O)/obj/kvd/conf_ctx.o \
 		$(FUZZ_O)/obj/libkvclient/ctx.o
 	@echo "  LD      $@"
 	$(Q)$(FUZZ_CC) $(FUZZ_SAN) -fsanitize=fuzzer -o $@ $^

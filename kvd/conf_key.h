@@ -75,6 +75,16 @@ int conf_lookup(enum conf_lookup how, const char *name, uint32_t uid,
 int conf_err_lookup(struct conf_ctx *c, const char *what, const char *name,
 		    int ret);
 bool conf_all_digits(const char *s);
+/* The next token of a list: a run of anything but blanks and commas
+ * from @s on (*@len its bytes), or NULL at the end. */
+const char *conf_next_token(const char *s, size_t *len);
+
+/* kvd/conf_ctx.c: the context keys of a [namespace] section */
+conf_set_fn conf_set_max_context, conf_set_ctx_policy, conf_set_ctx_kinds;
+/* " (4 + 4096 > 4096)": what @pol keeps against @max, into @buf. */
+void conf_ctx_sum(const struct kv_ctx_policy *pol, uint32_t max, char *buf,
+		  size_t len);
+const char *conf_ctx_kind(uint32_t kind);
 int conf_parse_id(const char *s, uint32_t *id);
 int conf_parse_dec(const char *s, uint64_t max, uint64_t *out);
 bool conf_is_digit(char c);

@@ -116,15 +116,6 @@ static unsigned key_line(const struct parser *p, const char *name)
 	return 0;
 }
 
-/* Tokens of an id list: runs of anything but blanks and commas. */
-static const char *next_token(const char *s, size_t *len)
-{
-	while (is_blank(*s) || *s == ',')
-		s++;
-	*len = strcspn(s, " \t,");
-	return *len ? s : NULL;
-}
-
 /* The tenant other than @self that lists @id as a uid (or gid), if any. */
 static const struct kvd_tenant_conf *id_owner(const struct kvd_conf *conf,
 					      const struct kvd_tenant_conf *self,
@@ -158,7 +149,7 @@ static int set_ids(struct conf_ctx *c, const struct conf_key *k,
 	size_t len;
 	int ret;
 
-	for (s = next_token(val, &len); s; s = next_token(s + len, &len))
+	for (s = conf_next_token(val, &len); s; s = conf_next_token(s + len, &len))
 		nr++;
 	if (!nr)
 		return perr(p, "%s: empty list (names or numeric %ss, separated by commas or spaces)",
@@ -166,7 +157,7 @@ static int set_ids(struct conf_ctx *c, const struct conf_key *k,
 	ids = calloc(nr, sizeof(*ids));
 	if (!ids)
 		return conf_err_nomem(c);
-	for (s = next_token(val, &len); s; s = next_token(s + len, &len)) {
+	for (s = conf_next_token(val, &len); s; s = conf_next_token(s + len, &len)) {
 		memcpy(tok, s, len);
 		tok[len] = 0;
 		if (conf_all_digits(tok)) {
@@ -257,162 +248,6 @@ static int set_secret(struct conf_ctx *c, const struct conf_key *k,
 	return 0;
 }
 
-/* ---- context: max_context, context_policy, context_policies ----------- */
-
-/* The kinds as context_policies names them (enum kv_ctx_kind). */
-static const char *const ctx_kinds[KV_CTX__MAX] = {
-	[KV_CTX_NONE] = "none",
-	[KV_CTX_TRUNCATE] = "truncate",
-	[KV_CTX_WINDOW] = "window",
-	[KV_CTX_SINKS] = "sinks",
-};
-
-#define CTX_GRAMMAR	"none, truncate [stop|drop], window W or sinks S W, the last two optionally followed by bos or bos-extra"
-
-static const char *const ctx_usage[KV_CTX__MAX] = {
-	[KV_CTX_NONE] = "none, with nothing after it",
-	[KV_CTX_TRUNCATE] = "truncate, truncate stop or truncate drop",
-	[KV_CTX_WINDOW] = "window W, W a decimal number of tokens, optionally followed by bos-extra",
-	[KV_CTX_SINKS] = "sinks S W, S and W decimal numbers of tokens, optionally followed by bos or bos-extra",
-};
-
-static int ctx_kind_of(const char *s, size_t len)
-{
-	for (int i = 0; i < KV_CTX__MAX; i++)
-		if (strlen(ctx_kinds[i]) == len &&
-		    !strncmp(s, ctx_kinds[i], len))
-			return i;
-	return -1;
-}
-
-/* tokens = N: decimal, 0 (no limit) to 2^31 - 1. */
-static int set_max_context(struct conf_ctx *c, const struct conf_key *k,
-			   const char *val, void *dst)
-{
-	uint64_t v;
-
-	if (!conf_all_digits(val))
-		return conf_err(c, "%s: '%s' is not a number of tokens (0 to %u; 0: no limit)",
-				c->name, val, KVD_CONF_CONTEXT_MAX);
-	if (conf_parse_dec(val, k->max, &v))
-		return conf_err(c, "%s: '%s' is out of range (at most %u tokens, 2^31 - 1)",
-				c->name, val, KVD_CONF_CONTEXT_MAX);
-	*(uint32_t *)dst = (uint32_t)v;
-	return 0;
-}
-
-static bool ctx_is_number(const char *w, size_t len)
-{
-	return strspn(w, "0123456789") >= len;
-}
-
-/* The words of a policy after its kind that are not numbers. */
-static bool ctx_word_known(const char *w, size_t len)
-{
-	static const char *const words[] = { "stop", "drop", "bos", "bos-extra" };
-
-	for (size_t i = 0; i < ARRAY_SIZE(words); i++)
-		if (strlen(words[i]) == len && !strncmp(w, words[i], len))
-			return true;
-	return false;
-}
-
-/* A number of @len digits at @w fits a __u32 of struct kv_ctx_policy. */
-static bool ctx_number_fits(const char *w, size_t len)
-{
-	uint64_t v = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		v = v * 10 + (uint64_t)(w[i] - '0');
-		if (v > UINT32_MAX)
-			return false;
-	}
-	return true;
-}
-
-/*
- * Why kv_ctx_policy_parse refused @val, which it does not say: an
- * unknown kind, an unknown word, a number too large, or else the kind's
- * grammar (words missing, in the wrong order, too many).
- */
-static int ctx_parse_err(struct conf_ctx *c, const char *val)
-{
-	const char *w;
-	size_t len;
-	int kind;
-
-	w = next_token(val, &len);
-	kind = w ? ctx_kind_of(w, len) : -1;
-	if (kind < 0)
-		return conf_err(c, "%s: unknown policy '%.*s' (%s)", c->name,
-				(int)len, w ? w : "", CTX_GRAMMAR);
-	while ((w = next_token(w + len, &len))) {
-		if (!ctx_is_number(w, len) && !ctx_word_known(w, len))
-			return conf_err(c, "%s: unknown word '%.*s' in '%s' (%s)",
-					c->name, (int)len, w, val,
-					ctx_usage[kind]);
-		if (ctx_is_number(w, len) && !ctx_number_fits(w, len))
-			return conf_err(c, "%s: '%.*s' is more than %u tokens",
-					c->name, (int)len, w, UINT32_MAX);
-	}
-	return conf_err(c, "%s: '%s' is not %s", c->name, val,
-			ctx_usage[kind]);
-}
-
-/*
- * context_policy = POLICY: its grammar here; its values at the section's
- * end (check_ctx), when max_context is known whatever the key order.
- */
-static int set_ctx_policy(struct conf_ctx *c, const struct conf_key *k,
-			  const char *val, void *dst)
-{
-	if (kv_ctx_policy_parse(val, dst))
-		return ctx_parse_err(c, val);
-	return 0;
-}
-
-/* context_policies = LIST: kind names; stored as the kinds refused. */
-static int set_ctx_kinds(struct conf_ctx *c, const struct conf_key *k,
-			 const char *val, void *dst)
-{
-	uint32_t listed = 0, all = (1U << KV_CTX__MAX) - 1;
-	const char *s;
-	size_t len;
-	int kind;
-
-	for (s = next_token(val, &len); s; s = next_token(s + len, &len)) {
-		kind = ctx_kind_of(s, len);
-		if (kind < 0)
-			return conf_err(c, "%s: unknown policy '%.*s' (none, truncate, window or sinks)",
-					c->name, (int)len, s);
-		if (listed & 1U << kind)
-			return conf_err(c, "%s: '%s' is listed twice", c->name,
-					ctx_kinds[kind]);
-		listed |= 1U << kind;
-	}
-	if (!listed)
-		return conf_err(c, "%s: empty list (none, truncate, window or sinks, separated by commas or spaces)",
-				c->name);
-	if (!(listed & 1U << KV_CTX_NONE))
-		return conf_err(c, "%s: '%s' lacks none (a sequence must always be able to open without a policy)",
-				c->name, val);
-	*(uint32_t *)dst = all & ~listed;
-	return 0;
-}
-
-/* " (4 + 4096 > 4096)": what a policy keeps against max_context. */
-static void ctx_sum(const struct kv_ctx_policy *pol, uint32_t max,
-		    char *buf, size_t len)
-{
-	const char *bos = pol->flags & KV_CTX_BOS_EXTRA ? " + 1" : "";
-
-	if (pol->kind == KV_CTX_SINKS)
-		snprintf(buf, len, " (%u + %u%s > %u)", pol->sinks,
-			 pol->window, bos, max);
-	else
-		snprintf(buf, len, " (%u%s > %u)", pol->window, bos, max);
-}
-
 /* ---- the keys of sections (global keys: config.c) -------------------- */
 
 #define PAGES(type, f) { .name = #f, .set = conf_set_u32,			\
@@ -429,19 +264,17 @@ static const struct conf_key tenant_keys[] = {
 static const struct conf_key namespace_keys[] = {
 	PAGES(struct kvd_quota_conf, min_pages),
 	PAGES(struct kvd_quota_conf, max_pages),
-	{ .name = "max_context", .set = set_max_context,
+	{ .name = "max_context", .set = conf_set_max_context,
 	  .off = offsetof(struct kvd_quota_conf, max_context),
 	  .max = KVD_CONF_CONTEXT_MAX },
-	{ .name = "context_policy", .set = set_ctx_policy,
+	{ .name = "context_policy", .set = conf_set_ctx_policy,
 	  .off = offsetof(struct kvd_quota_conf, ctx_default) },
-	{ .name = "context_policies", .set = set_ctx_kinds,
+	{ .name = "context_policies", .set = conf_set_ctx_kinds,
 	  .off = offsetof(struct kvd_quota_conf, ctx_refused) },
 };
 
 _Static_assert(ARRAY_SIZE(tenant_keys) <= NR_KEYS_MAX, "set_on[] too short");
 _Static_assert(ARRAY_SIZE(namespace_keys) <= NR_KEYS_MAX, "set_on[] too short");
-_Static_assert(KV_CTX__MAX == 4 && 1U << KV_CTX__MAX <= 32,
-	       "ctx_kinds[] and the refused mask name every kind");
 
 static const struct conf_key *find_key(const struct conf_key *keys, size_t nr,
 				       const char *name)
@@ -498,14 +331,14 @@ static int check_ctx(struct parser *p, const struct kvd_quota_conf *q)
 	if (kv_ctx_policy_check(pol, q->max_context, &why)) {
 		if (!q->max_context || kv_ctx_policy_check(pol, 0, NULL))
 			return perr_at(p, lp, "context_policy: %s", why);
-		ctx_sum(pol, q->max_context, sum, sizeof(sum));
+		conf_ctx_sum(pol, q->max_context, sum, sizeof(sum));
 		return perr_at(p, later(lp, lm), "context_policy: %s%s", why,
 			       sum);
 	}
 	if (q->ctx_refused >> pol->kind & 1)
 		return perr_at(p, later(lp, lk),
 			       "context_policy: %s is not in context_policies of %s",
-			       ctx_kinds[pol->kind], p->where);
+			       conf_ctx_kind(pol->kind), p->where);
 	return 0;
 }
 

@@ -92,6 +92,14 @@ int conf_parse_id(const char *s, uint32_t *id)
 	return 0;
 }
 
+const char *conf_next_token(const char *s, size_t *len)
+{
+	while (*s == ' ' || *s == '\t' || *s == ',')
+		s++;
+	*len = strcspn(s, " \t,");
+	return *len ? s : NULL;
+}
+
 bool conf_all_digits(const char *s)
 {
 	if (!*s)

@@ -159,7 +159,8 @@ static int alloc_prefix_tiered(struct kvd *d, struct kvd_client *c,
 	struct kvd_tier_run run = { 0 };
 	int ret;
 
-	if (!(sqe->flags & KV_SQE_POOL_ONLY)) {
+	/* no tier, or an empty one: no second pass over the hashes */
+	if (!(sqe->flags & KV_SQE_POOL_ONLY) && d->host_tier.nr_entries) {
 		h0 = kvd_ns_peek(c->ns, hashes, n_hashes);
 		kvd_tier_take(d, c, hashes, h0, n_hashes, &run);
 	}

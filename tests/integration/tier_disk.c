@@ -14,70 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
-
-#define BT		16
-#define BLK		(32 << 10)	/* t_geom() */
 #define PROMPTS		12
-#define FULL		20
-#define NTOK		(FULL * BT + 1)
 
-static struct t_kvd k;
 static char disk[160];
 
-static void tokens(uint32_t *t, uint32_t p)
-{
-	for (uint32_t i = 0; i < NTOK; i++)
-		t[i] = p * 100003u + i * 7919u + 3;
-}
-
-static uint8_t pattern(uint32_t p, uint32_t b, uint32_t i)
-{
-	return (uint8_t)(p * 29 + b * 131 + i * 5 + (i >> 11));
-}
-
-static void write_prompt(struct kv_client *c, uint32_t p)
-{
-	uint32_t t[NTOK], nr;
-	const kv_block_t *tbl;
-	struct kv_seq *s;
-
-	tokens(t, p);
-	T_EQ(kv_seq_open(c, t, NTOK, NULL, &s), 0);
-	tbl = kv_seq_block_table(s, &nr);
-	for (uint32_t b = (uint32_t)(kv_seq_hit_tokens(s) / BT); b < nr; b++) {
-		uint8_t *x = kv_block_ptr(c, tbl[b]);
-
-		for (uint32_t i = 0; i < BLK; i++)
-			x[i] = pattern(p, b, i);
-	}
-	T_EQ(kv_seq_commit(s), 0);
-	T_EQ(kv_seq_close(s), 0);
-}
-
-static struct kv_seq_hits read_prompt(struct kv_client *c, uint32_t p)
-{
-	uint32_t t[NTOK], nr;
-	const kv_block_t *tbl;
-	struct kv_seq_hits h;
-	struct kv_seq *s;
-
-	tokens(t, p);
-	T_EQ(kv_seq_open(c, t, NTOK, NULL, &s), 0);
-	T_EQ(kv_seq_hits(s, &h), 0);
-	tbl = kv_seq_block_table(s, &nr);
-	for (uint32_t b = 0; b < kv_seq_hit_tokens(s) / BT; b++) {
-		const uint8_t *x = kv_block_ptr(c, tbl[b]);
-
-		for (uint32_t i = 0; i < BLK; i++)
-			if (x[i] != pattern(p, b, i))
-				T_FAIL("prompt %u block %u byte %u differs (pool %u host %u disk %u)",
-				       p, b, i, h.pool, h.host, h.disk);
-	}
-	T_EQ(h.pool + h.host + h.disk, kv_seq_hit_tokens(s) / BT);
-	T_EQ(kv_seq_close(s), 0);
-	return h;
-}
+#include "tier_util.h"
 
 /* Blocks the host tier dropped (no room on its way to disk): none is
  * lost otherwise. The first row of kvctl tiers is the host's. */
@@ -88,15 +29,6 @@ static long long host_drops(void)
 
 	free(js);
 	return n;
-}
-
-static void check_books(void)
-{
-	char cmd[512];
-
-	snprintf(cmd, sizeof(cmd), "'%s' --admin-socket '%s' check >/dev/null",
-		 t_bin("kvctl"), k.admin);
-	T_EQ(system(cmd), 0);
 }
 
 static void start(const char *host)
