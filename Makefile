@@ -177,14 +177,14 @@ $(O)/tests/unit/test_lib_%: $(O)/tests/unit/test_lib_%.o $(LIB_OBJS)
 kvd_objs	= $(patsubst %,$(O)/obj/kvd/%.o,$(1))
 UNIT_LDLIBS	:= -lcmocka -luring -lxxhash -ldl -lm
 # The namespace layers (ns over prefix, hold, slab, over pool).
-UNIT_NS_OBJS	:= $(call kvd_objs,ns reclaim prefix hold slab pool log)
+UNIT_NS_OBJS	:= $(call kvd_objs,ns retain reclaim prefix hold pin slab pool log)
 # The kvd.conf parser and what it calls (ctx.c: context policies).
 UNIT_CONF_OBJS	:= $(call kvd_objs,config conf_parse conf_ctx options) \
 		   $(O)/obj/libkvclient/ctx.o
 # test_abi links nothing but itself.
 $(O)/tests/unit/test_config:	$(UNIT_CONF_OBJS)
 $(O)/tests/unit/test_options:	$(UNIT_CONF_OBJS)
-$(O)/tests/unit/test_cuda:	$(call kvd_objs,cuda extent pool log) $(O)/obj/libkvclient/cudadrv.o
+$(O)/tests/unit/test_cuda:	$(call kvd_objs,cuda pinned extent pool log) $(O)/obj/libkvclient/cudadrv.o
 $(O)/tests/unit/test_pool:	$(call kvd_objs,pool log)
 $(O)/tests/unit/test_ring:	$(call kvd_objs,ring opdef extent tier tier_books tier_disk loop_io) $(UNIT_NS_OBJS)
 $(O)/tests/unit/test_ns $(O)/tests/unit/test_ns_stress: $(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)

@@ -66,6 +66,7 @@ struct admin_cmd {
 	uint32_t	cmd;		/* KV_ADMIN_* */
 	const char	*name;
 	size_t		rec;		/* bytes of one record */
+	size_t		req;		/* bytes of its request */
 	int		(*fill)(struct kvd *d, const struct kv_admin_req *req,
 				struct kv_admin_status *st, void *recs);
 };
@@ -103,6 +104,7 @@ static int fill_ns(struct kvd *d, const struct kv_admin_req *req,
 		r[n].min_pages = ns->acct.min_pages;
 		r[n].max_pages = ns->acct.max_pages;
 		r[n].cached_blocks = ns->cached_blocks;
+		r[n].pinned_blocks = ns->pins.nr;
 		kvd_ns_ctx(d, ns->tenant, ns->model_id, ns->geom.dtype,
 			   &r[n].max_context, &r[n].ctx_refused,
 			   &r[n].ctx_default);
@@ -267,6 +269,21 @@ static int fill_check(struct kvd *d, const struct kv_admin_req *req,
 }
 
 /* The tiers behind the pool: one record each (none when off). */
+static uint32_t lat_us(const struct kvd_lat *l, uint32_t pct)
+{
+	uint64_t us = kvd_lat_pct(l, pct) / 1000;
+
+	return us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static void tier_latencies(const struct kvd_disk *k, struct kv_admin_tier *r)
+{
+	r->read_p50_us = lat_us(&k->read_lat, 50);
+	r->read_p99_us = lat_us(&k->read_lat, 99);
+	r->write_p50_us = lat_us(&k->write_lat, 50);
+	r->write_p99_us = lat_us(&k->write_lat, 99);
+}
+
 static int fill_tiers(struct kvd *d, const struct kv_admin_req *req,
 		      struct kv_admin_status *st, void *buf)
 {
@@ -292,6 +309,8 @@ static int fill_tiers(struct kvd *d, const struct kv_admin_req *req,
 		r[n].corrupt = t->corrupt;
 		r[n].replaced = t->replaced;
 		r[n].errors = t->disk ? t->disk->errors : 0;
+		if (t->disk)
+			tier_latencies(t->disk, &r[n]);
 		n++;
 	}
 	return n;
@@ -344,7 +363,59 @@ static int fill_tree(struct kvd *d, const struct kv_admin_req *req,
 	return kvd_prefix_tree(ns, buf, KV_ADMIN_MAX_RECORDS, req->arg[1]);
 }
 
-#define CMD(c, n, f, r)	[c] = { .cmd = c, .name = n, .fill = f, .rec = sizeof(r) }
+/*
+ * PIN (arg[1] seconds) or UNPIN (arg[1] 0) the prefix ending at the
+ * block of client hash pin.hash in namespace arg[0] (kvd/retain.c).
+ * -ENOENT: no such namespace; -ENXIO: the hash is not in its pool.
+ */
+static int pin_fill(struct kvd *d, const struct kv_admin_req *req,
+		    void *buf, bool pin)
+{
+	const struct kv_admin_pin_req *p = (const void *)req;
+	struct kvd_ns *ns = ns_by_handle(d, req->arg[0]);
+	uint64_t ttl_ms = (uint64_t)req->arg[1] * 1000;
+	struct kv_admin_pin *r = buf;
+	struct kv_hash key;
+	int ret;
+
+	if (!ns)
+		return -ENOENT;
+	if (pin ? !ttl_ms || ttl_ms > KV_PIN_MAX_MS : ttl_ms)
+		return -EINVAL;
+	key = kvd_ns_key(ns, &p->hash);
+	memset(r, 0, sizeof(*r));
+	ret = kvd_ns_pin_prefix(ns, &key, ttl_ms, kvd_now_ns(), &r->changed);
+	if (ret < 0)
+		return ret;
+	r->ns_id = ns->handle;
+	r->blocks = (uint32_t)ret;
+	r->pinned = ns->pins.nr;
+	r->ttl_ms = ttl_ms;
+	if (pin)
+		kvd_info("admin: namespace %u (%s): a %u-block prefix pinned for %u s (%u blocks newly)",
+			 ns->handle, ns->model_id, r->blocks, req->arg[1],
+			 r->changed);
+	else
+		kvd_info("admin: namespace %u (%s): a %u-block prefix unpinned (%u blocks were pinned)",
+			 ns->handle, ns->model_id, r->blocks, r->changed);
+	return 1;
+}
+
+static int fill_pin(struct kvd *d, const struct kv_admin_req *req,
+		    struct kv_admin_status *st, void *buf)
+{
+	return pin_fill(d, req, buf, true);
+}
+
+static int fill_unpin(struct kvd *d, const struct kv_admin_req *req,
+		      struct kv_admin_status *st, void *buf)
+{
+	return pin_fill(d, req, buf, false);
+}
+
+#define CMDR(c, n, f, r, q)	[c] = { .cmd = c, .name = n, .fill = f, \
+					.rec = sizeof(r), .req = sizeof(q) }
+#define CMD(c, n, f, r)		CMDR(c, n, f, r, struct kv_admin_req)
 
 static const struct admin_cmd admin_cmds[] = {
 	CMD(KV_ADMIN_STATUS,	"status",	fill_ns,	struct kv_admin_ns),
@@ -357,6 +428,10 @@ static const struct admin_cmd admin_cmds[] = {
 	CMD(KV_ADMIN_TENANTS,	"tenants",	fill_tenants,	struct kv_admin_tenant),
 	CMD(KV_ADMIN_DISCONNECT, "disconnect",	fill_disconnect, struct kv_admin_client),
 	CMD(KV_ADMIN_TIERS,	"tiers",	fill_tiers,	struct kv_admin_tier),
+	CMDR(KV_ADMIN_PIN,	"pin",		fill_pin,	struct kv_admin_pin,
+	     struct kv_admin_pin_req),
+	CMDR(KV_ADMIN_UNPIN,	"unpin",	fill_unpin,	struct kv_admin_pin,
+	     struct kv_admin_pin_req),
 };
 
 /* The command of a well-formed request, or NULL with st->status set. */
@@ -365,13 +440,17 @@ static const struct admin_cmd *admin_cmd(const struct kvd_admin_conn *a,
 {
 	const struct kv_admin_req *req = &a->req;
 
-	if (len != (int)sizeof(*req) || req->magic != KV_MAGIC ||
+	if (len < (int)sizeof(*req) || req->magic != KV_MAGIC ||
 	    req->type != KV_MSG_ADMIN || req->abi_major != KV_ABI_MAJOR) {
 		st->status = -EPROTO;
 		return NULL;
 	}
 	if (req->cmd >= ARRAY_SIZE(admin_cmds) || !admin_cmds[req->cmd].fill) {
 		st->status = -EOPNOTSUPP;
+		return NULL;
+	}
+	if (len != (int)admin_cmds[req->cmd].req) {
+		st->status = -EPROTO;
 		return NULL;
 	}
 	return &admin_cmds[req->cmd];

@@ -17,7 +17,10 @@ struct kvd_admin_conn {
 	int		fd;
 	uint32_t	gen;
 	uint64_t	t_accept_ns;
-	struct kv_admin_req req;
+	union {
+		struct kv_admin_req	req;
+		struct kv_admin_pin_req	pin;	/* KV_ADMIN_PIN, _UNPIN */
+	};
 	uint8_t		pad[64];	/* detects an oversized request */
 };
 

@@ -49,6 +49,19 @@ struct kvd_backend {
 	/* @n block copies, finished (visible to every client) on return */
 	int		(*copy)(struct kvd *d, const struct kvd_copy *v,
 				uint32_t n);
+	/*
+	 * The host tier's memory (kvd/tier.c): room for one block of
+	 * @bytes, NULL when there is none, and its return. NULL ops:
+	 * malloc and free. cuda: pinned (page-locked) host memory, which
+	 * the GPU copies to and from at full speed (kvd/pinned.c).
+	 */
+	void		*(*tier_alloc)(struct kvd *d, uint64_t bytes);
+	void		(*tier_free)(struct kvd *d, void *p, uint64_t bytes);
+	/* @bytes between pool offset @off and host tier memory @host: out
+	 * of the pool (@out) or into it, finished on return; 0 or -errno.
+	 * NULL: memcpy through d->pool_map (the host backend's) */
+	int		(*tier_copy)(struct kvd *d, void *host, uint64_t off,
+				     uint64_t bytes, bool out);
 };
 
 extern const struct kvd_backend kvd_host_backend;

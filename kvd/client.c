@@ -772,9 +772,17 @@ static void lease_check(struct kvd *d, struct kvd_client *c, uint64_t now,
 	kvd_client_kill(d, c, why);
 }
 
+/* Pins that ended go (kvd/retain.c): their blocks cached, evictable. */
+static void pins_tick(struct kvd *d, uint64_t now)
+{
+	for (uint32_t i = 0; i < d->cfg.max_namespaces; i++)
+		if (d->ns[i].live && d->ns[i].pins.nr)
+			kvd_ns_pins_expire(&d->ns[i], now);
+}
+
 /*
  * Periodic: drop clients that never said HELLO, whose process exited or
- * whose lease expired; send extents that did not fit. A late tick
+ * whose lease expired; send extents that did not fit; end pins. A late tick
  * (d->tick_stall_ns) times nobody out: their HELLO or call may wait in
  * this very batch of completions.
  */
@@ -783,6 +791,7 @@ void kvd_clients_tick(struct kvd *d)
 	uint64_t now = kvd_now_ns(), stall = d->tick_stall_ns;
 
 	clients_pid_tick(d);
+	pins_tick(d, now);
 
 	for (uint32_t i = 0; i < d->nr_slots; i++) {
 		struct kvd_client *c = &d->clients[i];

@@ -30,6 +30,7 @@
 
 #ifdef KV_HAVE_CUDA
 #include "../libkvclient/cudadrv.h"
+#include "pinned.h"
 
 struct kvd_cuda {
 	struct kv_cu	own;		/* the loaded driver table */
@@ -44,6 +45,7 @@ struct kvd_cuda {
 	CUmemGenericAllocationHandle *h;	/* vmm: [nr_extents] */
 	CUipcMemHandle	ipc;		/* legacy */
 	CUuuid		uuid;
+	struct kvd_pinned pinned;	/* the host tier's memory */
 };
 
 #define CU(d)	((d)->cuda->cu)
@@ -224,6 +226,71 @@ static int cuda_copy(struct kvd *d, const struct kvd_copy *v, uint32_t n)
 	return r == CUDA_SUCCESS ? 0 : cu_fail(d, "block copy", r);
 }
 
+/* ---- the host tier: pinned host memory, copies on kvd's stream ---- */
+
+static void *pinned_chunk(void *ctx, uint64_t bytes)
+{
+	struct kvd *d = ctx;
+	void *p = NULL;
+	CUresult r = CU(d)->mem_host_alloc(&p, bytes,
+					   CU_MEMHOSTALLOC_PORTABLE);
+
+	if (r != CUDA_SUCCESS) {
+		cu_fail(d, "pinned host memory for the host tier", r);
+		return NULL;
+	}
+	return p;
+}
+
+static void pinned_chunk_free(void *ctx, void *p, uint64_t bytes)
+{
+	struct kvd *d = ctx;
+
+	(void)bytes;
+	CU(d)->mem_free_host(p);
+}
+
+/* Chunks within the tier's size, and one chunk per block size over. */
+static void *cuda_tier_alloc(struct kvd *d, uint64_t bytes)
+{
+	struct kvd_pinned *a = &d->cuda->pinned;
+
+	if (!a->chunk_alloc) {
+		a->chunk_alloc = pinned_chunk;
+		a->chunk_free = pinned_chunk_free;
+		a->ctx = d;
+		a->limit = d->cfg.host_tier_bytes +
+			   KVD_PINNED_CLASSES * KVD_PINNED_CHUNK;
+	}
+	return kvd_pinned_get(a, bytes);
+}
+
+static void cuda_tier_free(struct kvd *d, void *p, uint64_t bytes)
+{
+	kvd_pinned_put(&d->cuda->pinned, p, bytes);
+}
+
+/* Waited for: a demoted block's bytes are read before it is reused, a
+ * promoted one's written before the CQE that names it. */
+static int cuda_tier_copy(struct kvd *d, void *host, uint64_t off,
+			  uint64_t bytes, bool out)
+{
+	struct kvd_cuda *k = d->cuda;
+	CUresult r;
+
+	if (out)
+		r = CU(d)->memcpy_dtoh_async(host, k->va + off, bytes,
+					     k->stream);
+	else
+		r = CU(d)->memcpy_htod_async(k->va + off, host, bytes,
+					     k->stream);
+	if (r == CUDA_SUCCESS)
+		r = CU(d)->stream_synchronize(k->stream);
+	return r == CUDA_SUCCESS ? 0 : cu_fail(d, out ?
+			"host tier: copy out of the pool" :
+			"host tier: copy into the pool", r);
+}
+
 static const struct kvd_backend cuda_vmm_backend = {
 	.name		= "cuda vmm",
 	.backend	= KV_BACKEND_CUDA,
@@ -235,6 +302,9 @@ static const struct kvd_backend cuda_vmm_backend = {
 	.ext_create	= vmm_ext_create,
 	.ext_destroy	= vmm_ext_destroy,
 	.copy		= cuda_copy,
+	.tier_alloc	= cuda_tier_alloc,
+	.tier_free	= cuda_tier_free,
+	.tier_copy	= cuda_tier_copy,
 };
 
 static const struct kvd_backend cuda_legacy_backend = {
@@ -244,6 +314,9 @@ static const struct kvd_backend cuda_legacy_backend = {
 	.init		= legacy_init,
 	.exit		= legacy_exit,
 	.copy		= cuda_copy,
+	.tier_alloc	= cuda_tier_alloc,
+	.tier_free	= cuda_tier_free,
+	.tier_copy	= cuda_tier_copy,
 };
 
 static int attr(const struct kv_cu *cu, CUdevice dev, CUdevice_attribute a)
@@ -291,6 +364,8 @@ static void cuda_free(struct kvd *d)
 
 	if (!k)
 		return;
+	if (k->pinned.chunk_alloc)
+		kvd_pinned_exit(&k->pinned);	/* the tiers are gone */
 	if (k->stream)
 		k->cu->stream_destroy(k->stream);
 	if (k->ctx_pushed) {

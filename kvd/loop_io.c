@@ -80,7 +80,7 @@ int kvd_loop_arm_admin(struct kvd *d, uint32_t slot)
 	struct kvd_admin_conn *a = &d->adm[slot];
 
 	return arm(d, KVD_IO_RECV, a->fd, &a->req,
-		   sizeof(a->req) + sizeof(a->pad),
+		   sizeof(a->pin) + sizeof(a->pad),
 		   kvd_ev_pack(KVD_EV_ADMIN_RECV, slot, a->gen));
 }
 

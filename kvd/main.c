@@ -417,6 +417,11 @@ static void shutdown_all(struct kvd *d)
 		d->clients[i].inflight = 1;
 		kvd_client_put_op(d, &d->clients[i]);
 	}
+	/* pins end with kvd: their blocks cached, so that a persistent
+	 * disk tier keeps them (and the children that hang from them) */
+	for (uint32_t i = 0; d->ns && i < d->cfg.max_namespaces; i++)
+		if (d->ns[i].live)
+			kvd_ns_pins_expire(&d->ns[i], UINT64_MAX);
 	kvd_tiers_stop(d);	/* what is cached, to disk (persist) */
 	for (uint32_t i = 0; d->ns && i < d->cfg.max_namespaces; i++)
 		if (d->ns[i].live)

@@ -235,6 +235,8 @@ int kvd_ns_init(struct kvd_ns *ns, struct kvd_pool *pool, uint32_t id,
 	ret = kvd_prefix_init(ns);
 	if (ret)
 		goto err_free;
+	kvd_pins_init(&ns->pins, ns->max_blocks);
+	kvd_holder_init(&ns->pin_holder, KVD_PIN_SLOT);
 	counters_adopt(ns);
 	ns->live = true;
 	ns->pool->nr_live_ns++;
@@ -258,6 +260,7 @@ void kvd_ns_exit(struct kvd_ns *ns)
 	free(ns->blocks);
 	kvd_holds_exit(&ns->holds);
 	kvd_prefix_exit(ns);
+	kvd_pins_exit(&ns->pins);
 	memset(ns, 0, sizeof(*ns));
 	ns->kept = kept;
 }
@@ -391,6 +394,16 @@ static void hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
 		kvd_hold_del(ns, hr, id);
 	hr->nr_refs--;
 	block_put(ns, id);
+}
+
+int kvd_ns_hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
+{
+	return hold_get(ns, hr, id);
+}
+
+void kvd_ns_hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id)
+{
+	hold_put(ns, hr, id);
 }
 
 /*

@@ -28,6 +28,25 @@ struct kvd_holds {
 };
 
 /*
+ * The pins of a namespace (kvd/pin.c): which blocks a pin keeps and
+ * until when, a min-heap by expiry with each pinned block's place in it.
+ */
+struct kvd_pin {
+	uint64_t	expires_ns;	/* kvd_now_ns() clock */
+	uint32_t	block;
+	uint32_t	pad;
+};
+
+struct kvd_pins {
+	struct kvd_pin	*heap;		/* [cap], heap[0] expires first */
+	uint32_t	nr;
+	uint32_t	cap;
+	uint32_t	*at;		/* [max_blocks]: heap place + 1, 0 for
+					 * none; NULL until the first pin */
+	uint32_t	max_blocks;
+};
+
+/*
  * Pages charged to a namespace or a tenant, and its quota: min pages are
  * never reclaimed by others, max pages are never exceeded (-EDQUOT).
  * 0 means none. Tenant accounts are shared by their namespaces.
@@ -148,6 +167,9 @@ struct kvd_ns {
 	uint64_t	lookup_blocks;	/* full-block hashes those asked for */
 	uint64_t	hit_blocks;	/* of them, found */
 	uint64_t	evictions;
+	/* retention (kvd/retain.c): pins hold their blocks as a holder */
+	struct kvd_pins	pins;
+	struct kvd_holder pin_holder;	/* slot KVD_PIN_SLOT */
 	struct kvd_ns_kept kept;	/* the slot's, not this namespace's:
 					 * survives kvd_ns_init and _exit */
 };
@@ -186,6 +208,15 @@ int kvd_ns_cow_begin(struct kvd_ns *ns, struct kvd_holder *hr,
 void kvd_ns_cow_end(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t *ids,
 		    const uint32_t *dst, uint32_t nr, bool copied);
 uint32_t kvd_ns_evict_all(struct kvd_ns *ns);
+
+/* kvd/retain.c: priorities and pins (KV_OP_RETAIN, kvctl pin) */
+int kvd_ns_retain(struct kvd_ns *ns, struct kvd_holder *hr,
+		  const uint32_t *ids, uint32_t nr, uint32_t prio,
+		  uint64_t pin_ms, uint32_t flags, uint64_t now_ns);
+int kvd_ns_pin_prefix(struct kvd_ns *ns, const struct kv_hash *key,
+		      uint64_t ttl_ms, uint64_t now_ns, uint32_t *changed);
+uint32_t kvd_ns_pins_expire(struct kvd_ns *ns, uint64_t now_ns);
+uint32_t kvd_ns_pin_limit(const struct kvd_ns *ns);
 /* How many of @hashes the pool has, in a row from the first: no ref taken. */
 uint32_t kvd_ns_peek(const struct kvd_ns *ns, const struct kv_hash *hashes,
 		     uint32_t nr);

@@ -237,6 +237,17 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 		FAIL("the count of owned blocks is wrong");
 	if (on_lru != ns->lru_len || n != on_lru)
 		FAIL("the LRU list and its length disagree");
+	if (kvd_pins_check(&ns->pins, why))
+		goto out;
+	for (uint32_t i = 0; i < ns->pins.nr; i++) {
+		const uint32_t *c = kvd_hold_counter(ns, KVD_PIN_SLOT,
+						     ns->pins.heap[i].block);
+
+		if (!c || *c != 1)
+			FAIL("a pinned block is not held once by its pin");
+	}
+	if (ns->pin_holder.nr_refs != ns->pins.nr)
+		FAIL("the pin holder's refs are not its pins");
 	ret = 0;
 #undef FAIL
 out:

@@ -8,10 +8,12 @@
  * What a lower layer finds out (a block evicted, a slab made) it returns.
  *
  *   ns_debug.c  read-only checks and dumps                (ns.h)
+ *   retain.c    priorities and pins, over ns.c's refs      (ns.h)
  *   ns.c        namespaces, refs, the operations           (ns.h)
  *   reclaim.c   room for a request, reclaim across namespaces
  *   prefix.c    index + LRU of committed blocks: a leaf
  *   hold.c      the hold table: which client holds what: a leaf
+ *   pin.c       the pin books: which block a pin keeps, till when: a leaf
  *   slab.c      slabs and block carving, over pool.c
  */
 #ifndef KVD_NS_INTERNAL_H
@@ -22,6 +24,10 @@
 
 /* Refs on one block, holds included: far from wrapping a u32. */
 #define KVD_REF_MAX		(1U << 30)
+
+/* The holder slot of a namespace's pins (struct kvd_ns pin_holder): no
+ * client's (slots are below KVD_MAX_CLIENTS), its owner mark not 0. */
+#define KVD_PIN_SLOT		0xfffffff0U
 
 /* Block ids of a namespace: bounded so its books stay reasonable. */
 #define KVD_NS_MAX_BLOCKS	(1U << 26)
@@ -77,6 +83,26 @@ struct kvd_block {
 	bool		mark;		/* scratch for batch checks */
 };
 _Static_assert(sizeof(struct kvd_block) == 64, "a block's books: one line");
+
+/*
+ * A block's tick is its place in the eviction order: its priority
+ * (KV_PRIO_*, abi.h) above the pool clock at its last release, so that
+ * the LRU (prefix.c) and reclaim's slab ages (reclaim.c), which compare
+ * ticks, take lower priorities first and the oldest among equals. The
+ * clock's 56 bits do not wrap at a release per nanosecond for two years.
+ */
+#define KVD_PRIO_SHIFT		56
+#define KVD_CLOCK_MASK		((1ULL << KVD_PRIO_SHIFT) - 1)
+
+static inline uint32_t kvd_block_prio(const struct kvd_block *b)
+{
+	return (uint32_t)(b->tick >> KVD_PRIO_SHIFT);
+}
+
+static inline void kvd_block_set_prio(struct kvd_block *b, uint32_t prio)
+{
+	b->tick = (uint64_t)prio << KVD_PRIO_SHIFT | (b->tick & KVD_CLOCK_MASK);
+}
 
 struct kvd_slab {
 	uint32_t	first_page;
@@ -141,6 +167,21 @@ void kvd_prefix_unevict(struct kvd_ns *ns, uint32_t id);
  */
 int kvd_ns_room_check(struct kvd_ns *ns, uint32_t nr);
 int kvd_ns_reclaim(struct kvd_ns *ns);
+
+/* kvd/ns.c: one ref more or less for a holder (retain.c's pins) */
+int kvd_ns_hold_get(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id);
+void kvd_ns_hold_put(struct kvd_ns *ns, struct kvd_holder *hr, uint32_t id);
+
+/* kvd/pin.c: the pin books */
+void kvd_pins_init(struct kvd_pins *p, uint32_t max_blocks);
+void kvd_pins_exit(struct kvd_pins *p);
+int kvd_pins_reserve(struct kvd_pins *p, uint32_t n);
+bool kvd_pins_has(const struct kvd_pins *p, uint32_t id);
+uint64_t kvd_pins_expires(const struct kvd_pins *p, uint32_t id);
+int kvd_pins_set(struct kvd_pins *p, uint32_t id, uint64_t expires_ns);
+bool kvd_pins_del(struct kvd_pins *p, uint32_t id);
+uint32_t kvd_pins_expired(struct kvd_pins *p, uint64_t now_ns);
+int kvd_pins_check(const struct kvd_pins *p, const char **why);
 
 /* kvd/hold.c: the hold table */
 int kvd_holds_init(struct kvd_holds *hs, uint32_t cap);

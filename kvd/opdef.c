@@ -338,6 +338,20 @@ static int op_stats(struct kvd *d, struct kvd_client *c,
 	return sizeof(st);
 }
 
+/*
+ * RETAIN: nr held committed ids at off; args[0] priority (0: as it is),
+ * args[1] pin ms, args[2] KV_RETAIN_* (kvd/retain.c).
+ */
+static int op_retain(struct kvd *d, struct kvd_client *c,
+		     const struct kv_sqe *sqe)
+{
+	if (sqe->args[0] > KV_PRIO_MAX || sqe->args[2] > UINT32_MAX)
+		return -EINVAL;
+	return kvd_ns_retain(c->ns, &c->holder, copy_ids(d, c, sqe), sqe->nr,
+			     (uint32_t)sqe->args[0], sqe->args[1],
+			     (uint32_t)sqe->args[2], kvd_now_ns());
+}
+
 static const struct kvd_op_def kvd_op_defs[KV_OP__MAX] = {
 	[KV_OP_NOP]	= { .name = "NOP",	.issue = op_nop },
 	[KV_OP_ALLOC]	= { .name = "ALLOC",	.elem = 4, .waits = true,
@@ -354,6 +368,8 @@ static const struct kvd_op_def kvd_op_defs[KV_OP__MAX] = {
 			    .args = 1, .issue = op_commit },
 	[KV_OP_COW]	= { .name = "COW",	.elem = 4, .waits = true,
 			    .issue = op_cow },
+	[KV_OP_RETAIN]	= { .name = "RETAIN",	.elem = 4, .args = 3,
+			    .issue = op_retain },
 };
 
 /*
@@ -370,6 +386,7 @@ static void quota_refused(struct kvd *d, struct kvd_client *c,
 		[KV_QUOTA_NAMESPACE] = "the namespace's max_pages",
 		[KV_QUOTA_TENANT] = "the tenant's max_pages",
 		[KV_QUOTA_CLIENT] = "max_client_blocks",
+		[KV_QUOTA_PINS] = "the namespace's pin limit",
 	};
 	const struct kvd_ns *ns = c->ns;
 	struct kvd_holder *hr = &c->holder;
@@ -377,7 +394,10 @@ static void quota_refused(struct kvd *d, struct kvd_client *c,
 
 	hr->quota_why = KV_QUOTA_NONE;
 	hr->quota_limit = 0;
-	if (!kvd_holder_room(hr, sqe->nr)) {
+	if (sqe->opcode == KV_OP_RETAIN) {
+		hr->quota_why = KV_QUOTA_PINS;
+		hr->quota_limit = kvd_ns_pin_limit(ns);
+	} else if (!kvd_holder_room(hr, sqe->nr)) {
 		hr->quota_why = KV_QUOTA_CLIENT;
 		hr->quota_limit = hr->max_refs;
 	} else if (ns->acct.max_pages &&

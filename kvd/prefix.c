@@ -135,8 +135,9 @@ static void index_del(struct kvd_ns *ns, uint32_t id)
 /*
  * ---- LRU: evictable blocks (cached leaves) in the order of their tick ----
  *
- * A block's tick is the pool clock at its last release. A fresh release
- * takes a new tick, the largest: it goes at the tail of the list, which
+ * A block's tick is the pool clock at its last release, under its
+ * priority (ns_internal.h). A fresh release takes a new tick, the largest
+ * of its priority: at one priority it goes at the tail of the list, which
  * so stays sorted by tick, head oldest. A parent that becomes a leaf
  * again (its last child evicted), or a block a failed request gives back,
  * must go at its own tick, which may lie anywhere: at either end of the
@@ -144,7 +145,9 @@ static void index_del(struct kvd_ns *ns, uint32_t id)
  * The oldest block is the older of the list's head and the heap's top.
  * The heap holds only parents hit more recently than the list's head was
  * released (a hot system prompt between shorter queries), so it stays
- * small; the hot path (hit, release) is O(1) list work.
+ * small; the hot path (hit, release) is O(1) list work. With blocks of
+ * several priorities cached, a release below the tail's priority goes
+ * to the heap instead: O(log n), only for who sets priorities (RETAIN).
  */
 
 #define LRU_IN_HEAP	(KVD_NIL - 1)	/* lru_next of a heap member */
@@ -243,15 +246,7 @@ static void list_add_head(struct kvd_ns *ns, uint32_t id)
 	ns->lru_head = id;
 }
 
-/* A fresh release: its tick is the newest, its place the tail. */
-static void lru_add_new(struct kvd_ns *ns, uint32_t id)
-{
-	list_add_tail(ns, id);
-	ns->blocks[id].on_lru = true;
-	ns->lru_len++;
-}
-
-/* Back on the LRU at the place of its own (older) tick. */
+/* On the LRU at the place of its own tick. */
 static void lru_add_at_tick(struct kvd_ns *ns, uint32_t id)
 {
 	uint64_t t = tick_of(ns, id);
@@ -325,11 +320,12 @@ void kvd_prefix_cache(struct kvd_ns *ns, uint32_t id)
 
 	ns->pool->frees++;	/* evictable now: a waiting ALLOC may use it */
 	b->state = KVD_BLOCK_CACHED;
-	b->tick = ++ns->pool->clock;
-	ns->slabs[b->slab].tick = b->tick;	/* its slab's newest use */
+	b->tick = (b->tick & ~KVD_CLOCK_MASK) | ++ns->pool->clock;
+	if (b->tick > ns->slabs[b->slab].tick)	/* its slab's newest use */
+		ns->slabs[b->slab].tick = b->tick;
 	ns->cached_blocks++;
 	if (!b->nr_children)
-		lru_add_new(ns, id);
+		lru_add_at_tick(ns, id);	/* the tail but for priorities */
 }
 
 /* A cached block gets a ref again: off the LRU, out of the cache count. */
@@ -477,6 +473,7 @@ void kvd_prefix_publish(struct kvd_ns *ns, uint32_t id,
 	b->key = *key;
 	b->committed = true;
 	b->parent = KVD_NIL;
+	kvd_block_set_prio(b, KV_PRIO_DEFAULT);	/* until a RETAIN */
 	index_add(ns, id);
 	ns->committed_blocks++;
 	if (!is_root(parent)) {

@@ -5,6 +5,11 @@
  * budget. Entries are exclusive of the pool: a promotion takes the
  * entry out, an eviction puts the block in (a block that comes back
  * under a key already here replaces the older copy).
+ *
+ * The entries' memory and the copies to and from the pool are the
+ * backend's (backend.h tier_*): on the host backend malloc and memcpy
+ * through kvd's map of the pool; on cuda pinned host memory and copies
+ * on kvd's stream, waited for.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,6 +23,31 @@
 #include "tier.h"
 
 
+static void *tier_mem(struct kvd *d, uint64_t bytes)
+{
+	return d->be->tier_alloc ? d->be->tier_alloc(d, bytes) : malloc(bytes);
+}
+
+static void tier_mem_free(struct kvd *d, void *p, uint64_t bytes)
+{
+	if (d->be->tier_free)
+		d->be->tier_free(d, p, bytes);
+	else
+		free(p);
+}
+
+/* @bytes between pool offset @off and @host: out of the pool or in. */
+static int pool_copy(struct kvd *d, void *host, uint64_t off, uint64_t bytes,
+		     bool out)
+{
+	uint8_t *pool = (uint8_t *)d->pool_map + off;
+
+	if (d->be->tier_copy)
+		return d->be->tier_copy(d, host, off, bytes, out);
+	memcpy(out ? host : pool, out ? pool : host, bytes);
+	return 0;
+}
+
 /* Out of the index and the LRU; its bytes stay with the caller. */
 static void *unlink_entry(struct kvd_tier *t, uint32_t s)
 {
@@ -27,9 +57,17 @@ static void *unlink_entry(struct kvd_tier *t, uint32_t s)
 	return data;
 }
 
-static void drop_entry(struct kvd_tier *t, uint32_t s)
+static void drop_entry(struct kvd *d, uint32_t s)
 {
-	free(unlink_entry(t, s));
+	struct kvd_tier *t = &d->host_tier;
+	uint64_t bytes = t->e[s].bytes;
+
+	tier_mem_free(d, unlink_entry(t, s), bytes);
+}
+
+void __kvd_tier_host_drop(struct kvd *d, uint32_t s)
+{
+	drop_entry(d, s);
 }
 
 /* Link a filled slot in as the newest entry. */
@@ -56,19 +94,20 @@ static void host_room(struct kvd *d, uint64_t bytes)
 			t->drops++;
 		else
 			spilled = true;
-		drop_entry(t, s);
+		drop_entry(d, s);
 	}
 	if (spilled)
 		t->spill(d, NULL);	/* the burst's writes submitted at once */
 }
 
 /*
- * @bytes at @src into the host tier under (@sig, @key), replacing what
- * is there under it: false (nothing kept) when it cannot take them.
+ * @bytes at @src (host memory), or NULL: at pool offset @off, into the
+ * host tier under (@sig, @key), replacing what is there under it: false
+ * (nothing kept) when it cannot take them.
  */
 bool __kvd_tier_host_put(struct kvd *d, const struct kv_hash *key,
-			 uint64_t sig, const void *src, uint64_t bytes,
-			 bool from_disk)
+			 uint64_t sig, const void *src, uint64_t off,
+			 uint64_t bytes, bool from_disk)
 {
 	struct kvd_tier *t = &d->host_tier;
 	uint32_t s;
@@ -78,18 +117,20 @@ bool __kvd_tier_host_put(struct kvd *d, const struct kv_hash *key,
 		return false;
 	s = __kvd_tier_find(t, sig, key);
 	if (s != KVD_NIL) {
-		drop_entry(t, s);
+		drop_entry(d, s);
 		t->replaced++;
 	}
 	host_room(d, bytes);
-	data = malloc(bytes);
-	s = data ? __kvd_tier_slot(t) : KVD_NIL;
-	if (s == KVD_NIL) {
-		free(data);
-		t->drops++;
-		return false;
-	}
-	memcpy(data, src, bytes);
+	data = tier_mem(d, bytes);
+	if (!data)
+		goto drop;
+	if (src)
+		memcpy(data, src, bytes);
+	else if (pool_copy(d, data, off, bytes, true))
+		goto drop_data;
+	s = __kvd_tier_slot(t);
+	if (s == KVD_NIL)
+		goto drop_data;
 	t->e[s] = (struct kvd_tier_entry){
 		.key = *key, .sig = sig, .bytes = bytes, .data = data,
 		.sum = XXH3_64bits(data, bytes), .from_disk = from_disk,
@@ -97,6 +138,12 @@ bool __kvd_tier_host_put(struct kvd *d, const struct kv_hash *key,
 	};
 	link_entry(t, s);
 	return true;
+
+drop_data:
+	tier_mem_free(d, data, bytes);
+drop:
+	t->drops++;
+	return false;
 }
 
 /*
@@ -109,10 +156,9 @@ static void tier_demote(struct kvd_pool *pool, struct kvd_ns *ns, uint32_t id,
 {
 	struct kvd *d = pool->priv;
 	struct kvd_tier *t = &d->host_tier;
-	const uint8_t *src = (const uint8_t *)d->pool_map +
-			     (uint64_t)id * ns->block_bytes;
 
-	if (!__kvd_tier_host_put(d, key, kvd_tier_sig(ns), src,
+	if (!__kvd_tier_host_put(d, key, kvd_tier_sig(ns), NULL,
+				 (uint64_t)id * ns->block_bytes,
 				 ns->block_bytes, false))
 		return;
 	t->demotions++;
@@ -130,10 +176,6 @@ int kvd_host_tier_init(struct kvd *d, const char **why)
 	struct kvd_tier *t = &d->host_tier;
 	const char *fault;
 
-	if (d->be->backend != KV_BACKEND_HOST) {
-		*why = "host_tier_size and disk_tier_size need the host backend (the cuda tier path is not built yet)";
-		return -EOPNOTSUPP;
-	}
 	if (__kvd_tier_books_init(t, d->pool.bytes)) {
 		*why = "no memory for the tiers' index";
 		return -ENOMEM;
@@ -151,8 +193,13 @@ int kvd_host_tier_init(struct kvd *d, const char **why)
 
 void kvd_host_tier_exit(struct kvd *d)
 {
+	struct kvd_tier *t = &d->host_tier;
+
 	d->pool.on_evict = NULL;
-	__kvd_tier_books_exit(&d->host_tier);
+	for (uint32_t s = 0; t->e && s < t->cap_slots; s++)
+		if (t->e[s].data)
+			tier_mem_free(d, t->e[s].data, t->e[s].bytes);
+	__kvd_tier_books_exit(t);
 }
 
 /*
@@ -197,7 +244,7 @@ static void put_back(struct kvd *d, struct kvd_tier_entry *got, uint32_t n)
 		host_room(d, got[i].bytes);
 		s = __kvd_tier_slot(t);
 		if (s == KVD_NIL) {
-			free(got[i].data);
+			tier_mem_free(d, got[i].data, got[i].bytes);
 			t->drops++;
 			continue;
 		}
@@ -219,20 +266,22 @@ static uint32_t copy_in(struct kvd *d, struct kvd_ns *ns,
 	struct kvd_tier *t = &d->host_tier;
 
 	for (uint32_t i = 0; i < n; i++) {
-		uint8_t *dst = (uint8_t *)d->pool_map +
-			       (uint64_t)ids[i] * ns->block_bytes;
+		uint64_t off = (uint64_t)ids[i] * ns->block_bytes;
+		bool ok = got[i].bytes == ns->block_bytes &&
+			  XXH3_64bits(got[i].data, got[i].bytes) == got[i].sum;
 
-		if (got[i].bytes != ns->block_bytes ||
-		    XXH3_64bits(got[i].data, got[i].bytes) != got[i].sum) {
-			free(got[i].data);
+		if (!ok) {
 			t->corrupt++;
 			kvd_warn("host tier: a block of namespace %u failed its checksum: dropped",
 				 ns->handle);
+		}
+		if (ok && pool_copy(d, got[i].data, off, got[i].bytes, false))
+			ok = false;	/* logged by the backend */
+		tier_mem_free(d, got[i].data, got[i].bytes);
+		if (!ok) {
 			put_back(d, got + i + 1, n - i - 1);
 			return i;
 		}
-		memcpy(dst, got[i].data, got[i].bytes);
-		free(got[i].data);
 	}
 	return n;
 }

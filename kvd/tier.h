@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <kv/abi.h>
+#include "lat.h"
 
 struct kvd;
 struct kvd_ns;
@@ -49,6 +50,7 @@ struct kvd_tier_entry {
 	uint32_t	lru_prev, lru_next;	/* KVD_NIL ends; head coldest */
 	uint32_t	unit, units;	/* disk: its run of 4 KiB units */
 	uint32_t	sunit;		/* disk: its staging run, during I/O */
+	uint64_t	io_ns;		/* disk: when its I/O was issued */
 	uint8_t		state;		/* enum kvd_tier_state */
 	bool		from_disk;	/* host: read back from the disk tier */
 };
@@ -69,6 +71,7 @@ struct kvd_disk {
 	uint64_t	evbuf;
 	uint32_t	inflight;	/* writes and reads */
 	uint64_t	writes, reads, errors, busy;
+	struct kvd_lat	read_lat, write_lat;	/* issue to completion */
 	struct kvd_late { uint32_t slot; int32_t res; } *late;
 	uint32_t	nr_late;	/* reads finished while nested */
 	bool		flushing;	/* kvd stops: room is waited for */
@@ -183,9 +186,10 @@ void __kvd_tier_index(struct kvd_tier *t, uint32_t s);
 void __kvd_tier_lru_add(struct kvd_tier *t, uint32_t s);
 void __kvd_tier_lru_del(struct kvd_tier *t, uint32_t s);
 void __kvd_tier_forget(struct kvd_tier *t, uint32_t s);
+void __kvd_tier_host_drop(struct kvd *d, uint32_t s);
 bool __kvd_tier_host_put(struct kvd *d, const struct kv_hash *key,
-			 uint64_t sig, const void *src, uint64_t bytes,
-			 bool from_disk);
+			 uint64_t sig, const void *src, uint64_t off,
+			 uint64_t bytes, bool from_disk);
 int __kvd_tier_books_init(struct kvd_tier *t, uint64_t pool_bytes);
 void __kvd_tier_books_exit(struct kvd_tier *t);
 /* tier.c: the host tier, below the disk tier (tier_disk.c) */

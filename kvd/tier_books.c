@@ -203,10 +203,9 @@ int __kvd_tier_books_init(struct kvd_tier *t, uint64_t pool_bytes)
 	return 0;
 }
 
+/* The entries' memory is their tier's to free (tier.c), before this. */
 void __kvd_tier_books_exit(struct kvd_tier *t)
 {
-	for (uint32_t s = 0; t->e && s < t->cap_slots; s++)
-		free(t->e[s].data);
 	free(t->e);
 	free(t->index);
 	memset(t, 0, sizeof(*t));

@@ -218,7 +218,7 @@ static bool kvd_disk_spill(struct kvd *d, const struct kvd_tier_entry *h)
 	memcpy(hdr + 1, h->data, h->bytes);
 	t->e[s] = (struct kvd_tier_entry){ .key = h->key, .sig = h->sig,
 		.sum = h->sum, .bytes = h->bytes, .unit = u, .units = n,
-		.sunit = su, .state = KVD_TE_WRITING };
+		.sunit = su, .state = KVD_TE_WRITING, .io_ns = kvd_now_ns() };
 	__kvd_tier_index(t, s);
 	io_uring_prep_write_fixed(sqe, 0, hdr, n * UNIT, (uint64_t)u * UNIT, 0);
 	/* IOSQE_ASYNC: to io_uring's workers at once, so that a file system
@@ -252,6 +252,7 @@ static bool start_read(struct kvd *d, struct kvd_tier *t, uint32_t s)
 	__kvd_tier_lru_del(t, s);	/* off the LRU while it is read */
 	e->state = KVD_TE_READING;
 	e->sunit = su;
+	e->io_ns = kvd_now_ns();
 	io_uring_prep_read_fixed(sqe, 0, k->stage + (uint64_t)su * UNIT,
 				 e->units * UNIT, (uint64_t)e->unit * UNIT, 0);
 	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_ASYNC;
@@ -354,8 +355,8 @@ static void read_done(struct kvd *d, struct kvd_tier *t, uint32_t s, int res)
 	} else {
 		k->reads++;
 		/* into the host tier, exclusive: the disk's copy goes */
-		if (__kvd_tier_host_put(d, &e->key, e->sig, hdr + 1, e->bytes,
-					true))
+		if (__kvd_tier_host_put(d, &e->key, e->sig, hdr + 1, 0,
+					e->bytes, true))
 			t->promotions++;
 	}
 	set_run(k->stage_used, e->sunit, e->units, false);
@@ -393,6 +394,8 @@ static void reap_some(struct kvd *d, bool nested)
 		k->inflight--;
 		if (s >= t->cap_slots)
 			continue;
+		kvd_lat_add(ud & UD_READ ? &k->read_lat : &k->write_lat,
+			    kvd_now_ns() - t->e[s].io_ns);
 		if (!(ud & UD_READ))
 			write_done(t, s, res);
 		else if (nested)	/* at most one per staging unit */
@@ -653,8 +656,7 @@ static void flush(struct kvd *d)
 			reap(d);
 			continue;
 		}
-		free(h->e[s].data);
-		__kvd_tier_forget(h, s);
+		__kvd_tier_host_drop(d, s);
 	}
 	io_uring_submit(k->ring);
 	while (k->inflight && !io_uring_wait_cqe(k->ring, &cqe))

@@ -64,6 +64,13 @@ struct kv_cu {
 				    CUstream s);
 	CUresult (*memcpy_dtod_async)(CUdeviceptr dst, CUdeviceptr src,
 				      size_t n, CUstream s);
+	/* kvd's host tier: pinned host memory and copies to and from it */
+	CUresult (*memcpy_dtoh_async)(void *dst, CUdeviceptr src, size_t n,
+				      CUstream s);
+	CUresult (*memcpy_htod_async)(CUdeviceptr dst, const void *src,
+				      size_t n, CUstream s);
+	CUresult (*mem_host_alloc)(void **p, size_t bytes, unsigned int flags);
+	CUresult (*mem_free_host)(void *p);
 	CUresult (*stream_create)(CUstream *s, unsigned int flags);
 	CUresult (*stream_destroy)(CUstream s);
 	CUresult (*stream_synchronize)(CUstream s);

@@ -169,6 +169,10 @@ static void quota_text(struct kv_client *c, const char *fn)
 		snprintf(b, n, "%s: client quota: max_client_blocks (%u references) held; release some",
 			 fn, st.quota_limit);
 		break;
+	case KV_QUOTA_PINS:
+		snprintf(b, n, "%s: pin limit: the namespace's pins may keep %u blocks, half what its quota allows (kvctl pin; shorter pins)",
+			 fn, st.quota_limit);
+		break;
 	default:
 		snprintf(b, n, "%s: %s", fn, strerror(EDQUOT));
 	}
@@ -268,6 +272,21 @@ int kv_release(struct kv_client *c, const kv_block_t *ids, unsigned nr)
 int kv_ref(struct kv_client *c, const kv_block_t *ids, unsigned nr)
 {
 	return __kv_failed(c, "kv_ref", ids_op(c, ids, nr, kv_prep_ref));
+}
+
+int kv_retain(struct kv_client *c, const kv_block_t *ids, unsigned nr,
+	      unsigned priority, uint64_t pin_ms, unsigned flags)
+{
+	struct kv_sqe sqe = { 0 };
+	int ret = ids_fit(c, ids, nr);
+
+	if (!ret)
+		ret = sync_ready(c);
+	if (ret)
+		return __kv_failed(c, "kv_retain", ret);
+	memmove(c->data, ids, (size_t)nr * sizeof(kv_block_t));
+	kv_prep_retain(&sqe, 0, nr, priority, pin_ms, flags);
+	return __kv_failed(c, "kv_retain", __kv_sync_op(c, &sqe));
 }
 
 int kv_cow(struct kv_client *c, kv_block_t *ids, unsigned nr)

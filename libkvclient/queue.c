@@ -510,6 +510,17 @@ void kv_prep_commit_release(struct kv_sqe *sqe, uint32_t entries_off,
 	sqe->args[0] = KV_COMMIT_AND_RELEASE;
 }
 
+void kv_prep_retain(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr,
+		    unsigned priority, uint64_t pin_ms, unsigned flags)
+{
+	sqe->opcode = KV_OP_RETAIN;
+	sqe->nr = nr;
+	sqe->off = ids_off;
+	sqe->args[0] = priority;
+	sqe->args[1] = pin_ms;
+	sqe->args[2] = flags;
+}
+
 void kv_sqe_set_data64(struct kv_sqe *sqe, uint64_t data)
 {
 	sqe->user_data = data;

@@ -555,6 +555,7 @@ static int seq_fork(struct kv_seq *s, struct kv_seq **out)
 	f->gap = s->gap;
 	f->commit_end = s->commit_end;
 	f->hash_limit = s->hash_limit;
+	f->retain = s->retain;
 	if (!f->nr_blocks)
 		goto out;
 	ret = ref_ids(c, f->blocks, f->nr_blocks);
@@ -578,16 +579,75 @@ err_free:
 	return ret;
 }
 
+/*
+ * The table entries kv_seq_retain() covers, into @ids: committed, and
+ * wholly below retain.end tokens. How many.
+ */
+static uint32_t retained_ids(const struct kv_seq *s, kv_block_t *ids)
+{
+	uint64_t bt = s->c->block_tokens, end = s->retain.end;
+	uint32_t n = 0;
+
+	for (uint32_t ti = 0; ti < s->nr_blocks; ti++) {
+		uint64_t ob = __kv_seq_ob(s, ti);
+
+		if (ob >= s->nr_committed || (end && (ob + 1) * bt > end))
+			continue;
+		ids[n++] = s->blocks[ti];
+	}
+	return n;
+}
+
+/* RETAIN of the blocks retained_ids() picks, in requests that fit. */
+static int seq_retain_apply(struct kv_seq *s)
+{
+	const struct kv_retention *r = &s->retain;
+	uint32_t step = chunk(s->c, sizeof(kv_block_t)), n;
+	kv_block_t *ids;
+	int ret = 0;
+
+	if ((!r->priority && !r->pin_ms) || !s->nr_blocks)
+		return 0;
+	ids = malloc(s->nr_blocks * sizeof(*ids));
+	if (!ids)
+		return -ENOMEM;
+	n = retained_ids(s, ids);
+	for (uint32_t i = 0; i < n && !ret; i += step) {
+		ret = kv_retain(s->c, ids + i, n - i < step ? n - i : step,
+				r->priority, r->pin_ms, 0);
+		ret = ret < 0 ? ret : 0;
+	}
+	free(ids);
+	return ret;
+}
+
 static int seq_close(struct kv_seq *s)
 {
-	int ret = 0;
+	int ret, rel = 0;
 
 	if (!s)
 		return -EINVAL;
+	ret = seq_retain_apply(s);	/* while the blocks are held */
 	if (s->nr_blocks)
-		ret = release_ids(s->c, s->blocks, s->nr_blocks);
+		rel = release_ids(s->c, s->blocks, s->nr_blocks);
 	seq_free(s);
-	return ret;
+	return ret ? ret : rel;
+}
+
+int kv_seq_retain(struct kv_seq *s, const struct kv_retention *r)
+{
+	if (!s)
+		return -EINVAL;
+	if (!r) {
+		s->retain = (struct kv_retention){ 0 };
+		return 0;
+	}
+	if (r->priority > KV_PRIO_MAX || r->pin_ms > KV_PIN_MAX_MS ||
+	    r->flags)
+		return __kv_failed_why(s->c, "kv_seq_retain", -EINVAL,
+				       "priority 0..100, pin_ms up to a week, flags 0");
+	s->retain = *r;
+	return 0;
 }
 
 int kv_seq_open(struct kv_client *c, const uint32_t *tokens, size_t n_tokens,

@@ -50,6 +50,7 @@ struct kv_seq {
 	uint32_t	hash_limit;	/* commit_end / bt: original blocks
 					 * [0, hash_limit) are hashed and
 					 * committed */
+	struct kv_retention retain;	/* applied at close; zero: none */
 };
 
 /* seq_ctx.c */

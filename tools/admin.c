@@ -18,12 +18,19 @@
 ssize_t kv_admin_call(const char *path, uint32_t cmd, uint32_t arg0,
 		      uint32_t arg1, void *buf)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct kv_admin_req req = {
 		.magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
 		.abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN, .cmd = cmd,
 		.arg = { arg0, arg1 },
 	};
+
+	return kv_admin_send(path, &req, sizeof(req), buf);
+}
+
+ssize_t kv_admin_send(const char *path, const void *req, size_t len,
+		      void *buf)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct timeval tv = { .tv_sec = 5 };
 	ssize_t n;
 	int fd;
@@ -35,7 +42,7 @@ ssize_t kv_admin_call(const char *path, uint32_t cmd, uint32_t arg0,
 	/* A kvd that accepts but never answers must not hang the tool. */
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-	    send(fd, &req, sizeof(req), MSG_NOSIGNAL) != sizeof(req)) {
+	    send(fd, req, len, MSG_NOSIGNAL) != (ssize_t)len) {
 		n = -errno;
 		goto out;
 	}

@@ -16,4 +16,11 @@
 ssize_t kv_admin_call(const char *path, uint32_t cmd, uint32_t arg0,
 		      uint32_t arg1, void *buf);
 
+/*
+ * kv_admin_send - the same for a request of its own (@len bytes at @req,
+ * a struct kv_admin_req first: struct kv_admin_pin_req for PIN, UNPIN).
+ */
+ssize_t kv_admin_send(const char *path, const void *req, size_t len,
+		      void *buf);
+
 #endif

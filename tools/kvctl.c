@@ -134,7 +134,8 @@ static const struct kv_emit_col ns_cols[] = {
 	{ "slab_pages", "SLAB_PG", 7 }, { "waste_pct", "WASTE%", 6 },
 	{ "slabs", "SLABS", 6 },
 	{ "blocks", "BLOCKS", 7 }, { "blocks_used", "USED", 7 },
-	{ "cached_blocks", "CACHED", 7 }, { "blocks_free", "FREE", 7 }, { "max_blocks", "MAX", 8 },
+	{ "cached_blocks", "CACHED", 7 }, { "pinned_blocks", "PINNED", 7 },
+	{ "blocks_free", "FREE", 7 }, { "max_blocks", "MAX", 8 },
 	{ "clients", "CLIENTS", 7 }, { "lookup_blocks", "LOOKUP_BLK", 10 },
 	{ "hit_blocks", "HIT_BLK", 9 }, { "hit_ratio", "HIT_RATIO", 9 },
 };
@@ -191,6 +192,8 @@ static const struct kv_emit_col tier_cols[] = {
 	{ "demotions_per_s", "DEM/S", 9 }, { "promotions_per_s", "PROM/S", 9 },
 	{ "lookups", "LOOKUPS", 9 }, { "drops", "DROPPED", 9 },
 	{ "corrupt", "CORRUPT", 8 }, { "errors", "ERRORS", 7 },
+	{ "read_p50_us", "RD_P50us", 8 }, { "read_p99_us", "RD_P99us", 8 },
+	{ "write_p50_us", "WR_P50us", 8 }, { "write_p99_us", "WR_P99us", 8 },
 };
 
 /* The tiers table of a KV_ADMIN_TIERS reply @t; rates over @uptime_ms. */
@@ -217,6 +220,10 @@ static void emit_tiers(struct kv_emit *e, const struct kv_admin_status *st,
 		kv_emit_cell_u64(e, t[i].drops);
 		kv_emit_cell_u64(e, t[i].corrupt);
 		kv_emit_cell_u64(e, t[i].errors);
+		kv_emit_cell_u64(e, t[i].read_p50_us);
+		kv_emit_cell_u64(e, t[i].read_p99_us);
+		kv_emit_cell_u64(e, t[i].write_p50_us);
+		kv_emit_cell_u64(e, t[i].write_p99_us);
 		kv_emit_row_end(e);
 	}
 	kv_emit_table_end(e);
@@ -283,6 +290,7 @@ static int kvctl_cmd_status(struct kv_emit *e, const struct kvctl_reply *r)
 		kv_emit_cell_u64(e, ns[i].blocks);
 		kv_emit_cell_u64(e, ns[i].blocks_used);
 		kv_emit_cell_u64(e, ns[i].cached_blocks);
+		kv_emit_cell_u64(e, ns[i].pinned_blocks);
 		kv_emit_cell_u64(e, ns[i].blocks_free);
 		kv_emit_cell_u64(e, ns[i].max_blocks);
 		kv_emit_cell_u64(e, ns[i].nr_clients);
@@ -541,6 +549,23 @@ static int kvctl_cmd_disconnect(struct kv_emit *e, const struct kvctl_reply *r)
 	return 0;
 }
 
+static int kvctl_cmd_pin(struct kv_emit *e, const struct kvctl_reply *r)
+{
+	const struct kv_admin_pin *p = r->rec;
+
+	if (r->st->nr_records != 1) {
+		fprintf(stderr, "kvctl: pin: kvd's reply names no prefix\n");
+		return 1;
+	}
+	kv_emit_u64(e, "ns", "namespace", p->ns_id);
+	kv_emit_u64(e, "prefix_blocks", "blocks in the prefix", p->blocks);
+	kv_emit_u64(e, "changed", p->ttl_ms ? "newly pinned" : "unpinned",
+		    p->changed);
+	kv_emit_u64(e, "pinned_blocks", "pinned in the namespace", p->pinned);
+	kv_emit_u64(e, "ttl_s", "pinned for s", p->ttl_ms / 1000);
+	return 0;
+}
+
 static const char *hint(int err)
 {
 	switch (err) {
@@ -637,12 +662,68 @@ static int kvctl_cmd_reload(struct kv_emit *e, const struct kvctl_reply *r)
 	return 0;
 }
 
+/* A block hash: 32 hex digits (kv_hash_blocks' canonical bytes). */
+static int parse_hash(const char *s, struct kv_hash *h)
+{
+	static const char hex[] = "0123456789abcdefABCDEF";
+	unsigned v;
+
+	if (strlen(s) != 2 * sizeof(h->b) || strspn(s, hex) != strlen(s)) {
+		fprintf(stderr, "kvctl: '%s' is not a block hash: 32 hex digits expected\n",
+			s);
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof(h->b); i++) {
+		sscanf(s + 2 * i, "%2x", &v);
+		h->b[i] = (uint8_t)v;
+	}
+	return 0;
+}
+
+static ssize_t pin_call(const char *path, uint32_t code, uint32_t ns,
+			uint32_t ttl_s, const struct kv_hash *hash, void *buf)
+{
+	struct kv_admin_pin_req req = {
+		.req = { .magic = KV_MAGIC, .abi_major = KV_ABI_MAJOR,
+			 .abi_minor = KV_ABI_MINOR, .type = KV_MSG_ADMIN,
+			 .cmd = code, .arg = { ns, ttl_s } },
+		.hash = *hash,
+	};
+
+	return kv_admin_send(path, &req, sizeof(req), buf);
+}
+
+/* pin and unpin's own refusals, said in their words: true if said. */
+static bool pin_failed(uint32_t code, int err, uint32_t ns, const char *hash)
+{
+	const char *name = code == KV_ADMIN_PIN ? "pin" : "unpin";
+
+	if (code != KV_ADMIN_PIN && code != KV_ADMIN_UNPIN)
+		return false;
+	if (err == -ENOENT)
+		fprintf(stderr, "kvctl: no namespace %u (see kvctl status)\n", ns);
+	else if (err == -ENXIO)
+		fprintf(stderr, "kvctl: %s: namespace %u has no committed block of hash %s in its pool\n",
+			name, ns, hash);
+	else if (err == -EDQUOT)
+		fprintf(stderr, "kvctl: pin: namespace %u's pins would keep more than half the blocks its quota allows (see kvctl status: PINNED)\n",
+			ns);
+	else if (err == -EOPNOTSUPP || err == -EPROTO)
+		fprintf(stderr, "kvctl: %s: kvd refused the request (%s): a kvd older than ABI 3.4 has no pins\n",
+			name, strerror(-err));
+	else
+		return false;
+	return true;
+}
+
 /* The options a command takes (struct kvctl_cmd.opts) */
 #define OPT_TREE	1U	/* --tree: it is this row's, and needed */
 #define OPT_NS		2U
 #define OPT_DEPTH	4U
 #define OPT_TIMEOUT	8U
-#define OPT_ID		16U	/* one operand: a client id */
+#define OPT_ID		16U	/* one operand: a client id, or a hash
+				 * (pin, unpin) */
+#define OPT_TTL		32U
 
 struct kvctl_cmd {
 	const char	*name;
@@ -692,6 +773,17 @@ static const struct kvctl_cmd cmds[] = {
 	  .run = kvctl_cmd_disconnect,
 	  .help = "end client ID (see clients) and release its blocks, as if\n"
 		  "it had exited; exit 1 if there is no such client" },
+	{ .name = "pin", .args = "[--ns N] [--ttl S] HASH", .opts = OPT_ID |
+	  OPT_NS | OPT_TTL, .code = KV_ADMIN_PIN,
+	  .rec = sizeof(struct kv_admin_pin), .run = kvctl_cmd_pin,
+	  .help = "keep the prefix ending at the block of HASH (32 hex digits,\n"
+		  "as kv_hash_blocks gives it) in the pool of namespace N\n"
+		  "(default: the only one) for S seconds (default 3600): that\n"
+		  "block and its ancestors, never evicted until then" },
+	{ .name = "unpin", .args = "[--ns N] HASH", .opts = OPT_ID | OPT_NS,
+	  .code = KV_ADMIN_UNPIN, .rec = sizeof(struct kv_admin_pin),
+	  .run = kvctl_cmd_pin,
+	  .help = "drop the pins of the prefix ending at the block of HASH" },
 	{ .name = "wait", .args = "[--timeout S]", .opts = OPT_TIMEOUT,
 	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
 	  .help = "wait until kvd answers on the admin socket (at most S\n"
@@ -842,7 +934,7 @@ static const struct kvctl_cmd *find_cmd(const char *name, unsigned opts)
 		fprintf(stderr, "kvctl: unknown command '%s'\n", name);
 		usage(stderr);
 	} else {
-		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait, an ID with disconnect\n");
+		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait, an ID with disconnect, a HASH (and --ns, --ttl) with pin and unpin\n");
 	}
 	return NULL;
 }
@@ -856,12 +948,15 @@ int main(int argc, char **argv)
 		{ "ns", required_argument, NULL, 'n' },
 		{ "depth", required_argument, NULL, 'd' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "ttl", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 }
 	};
 	const char *opt_path = NULL;
 	uint32_t ns = UINT32_MAX, depth = 3, timeout_s = 30, id = 0;
+	uint32_t ttl_s = 3600;
+	struct kv_hash hash;
 	const struct kvctl_cmd *cmd;
 	struct kv_admin_status *st;
 	unsigned given = 0;
@@ -898,6 +993,16 @@ int main(int argc, char **argv)
 				return 2;
 			given |= OPT_TIMEOUT;
 			break;
+		case 'L':
+			if (parse_u32("--ttl", optarg, &ttl_s))
+				return 2;
+			if (!ttl_s || ttl_s > KV_PIN_MAX_MS / 1000) {
+				fprintf(stderr, "kvctl: --ttl: %u is not 1 to %llu seconds (a week)\n",
+					ttl_s, KV_PIN_MAX_MS / 1000);
+				return 2;
+			}
+			given |= OPT_TTL;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -921,7 +1026,15 @@ int main(int argc, char **argv)
 	cmd = find_cmd(argv[optind], given);
 	if (!cmd)
 		return 2;
-	if (cmd->opts & OPT_ID) {
+	if (cmd->code == KV_ADMIN_PIN || cmd->code == KV_ADMIN_UNPIN) {
+		if (!(given & OPT_ID)) {
+			fprintf(stderr, "kvctl: %s needs the HASH of a prefix's last block\n",
+				cmd->name);
+			return 2;
+		}
+		if (parse_hash(argv[optind + 1], &hash))
+			return 2;
+	} else if (cmd->opts & OPT_ID) {
 		if (!(given & OPT_ID)) {
 			fprintf(stderr, "kvctl: %s needs a client id (see kvctl clients)\n",
 				cmd->name);
@@ -938,7 +1051,8 @@ int main(int argc, char **argv)
 	buf = calloc(1, REPLY_MAX);
 	if (!buf)
 		return 1;
-	if (cmd->code == KV_ADMIN_TREE && ns == UINT32_MAX &&
+	if ((cmd->code == KV_ADMIN_TREE || cmd->code == KV_ADMIN_PIN ||
+	     cmd->code == KV_ADMIN_UNPIN) && ns == UINT32_MAX &&
 	    (ret = only_namespace(path, buf, &ns))) {
 		free(buf);
 		return ret;
@@ -949,7 +1063,11 @@ int main(int argc, char **argv)
 		free(buf);
 		return ret;
 	}
-	n = kv_admin_call(path, cmd->code, ns, depth, buf);
+	if (cmd->code == KV_ADMIN_PIN || cmd->code == KV_ADMIN_UNPIN)
+		n = pin_call(path, cmd->code, ns, cmd->code == KV_ADMIN_PIN ?
+			     ttl_s : 0, &hash, buf);
+	else
+		n = kv_admin_call(path, cmd->code, ns, depth, buf);
 	st = buf;
 	ret = n < 0 ? (int)n : reply_check(st, n, cmd->rec);
 	if (ret && cmd->code == KV_ADMIN_RELOAD &&
@@ -966,6 +1084,8 @@ int main(int argc, char **argv)
 						cmd->code == KV_ADMIN_EVICT))
 			fprintf(stderr, "kvctl: no namespace %u (see kvctl status)\n",
 				ns);
+		else if (n > 0 && pin_failed(cmd->code, ret, ns, argv[optind + 1]))
+			;
 		else if (ret == -ENOENT && n > 0 &&
 			 cmd->code == KV_ADMIN_DISCONNECT)
 			fprintf(stderr, "kvctl: no client %u (see kvctl clients)\n",

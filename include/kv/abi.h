@@ -17,11 +17,13 @@
 #include <stddef.h>
 
 #define KV_ABI_MAJOR		3	/* 3: device pools (exports, COW) */
-#define KV_ABI_MINOR		3	/* 1: client leases, admin disconnect;
+#define KV_ABI_MINOR		4	/* 1: client leases, admin disconnect;
 					 * 2: opaque namespaces, boot_id;
 					 * 3: context policies in WELCOME,
 					 * the host tier (KV_SQE_POOL_ONLY,
-					 * tier hits in CQE flags) */
+					 * tier hits in CQE flags);
+					 * 4: RETAIN (priority, pins),
+					 * admin PIN and UNPIN */
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -301,6 +303,9 @@ enum kv_op {
 					 * args[0]: KV_COMMIT_AND_RELEASE */
 	KV_OP_COW		= 8,	/* nr held ids at data[off]; shared ones
 					 * replaced in place by private copies */
+	KV_OP_RETAIN		= 9,	/* nr held committed ids at data[off]:
+					 * args[0] priority, args[1] pin ms,
+					 * args[2] KV_RETAIN_* (ABI 3.4) */
 	KV_OP__MAX,
 };
 
@@ -336,6 +341,29 @@ struct kv_commit {
  * needs nothing from the completion, so it need not wait for it.
  */
 #define KV_COMMIT_AND_RELEASE	(1U << 0)
+
+/*
+ * RETAIN (ABI 3.4): how long committed blocks stay in the pool once
+ * nobody holds them, as TensorRT-LLM's KvCacheRetentionConfig sets it.
+ *
+ * args[0], the priority: 0 leaves each block's as it is; 1 to 100 sets
+ * it (KV_PRIO_DEFAULT, TensorRT-LLM's default, is what a block has until
+ * a RETAIN says otherwise). Eviction from the pool takes the lowest
+ * priority first, the least recently used first among equals.
+ *
+ * args[1], a pin: 1 to KV_PIN_MAX_MS milliseconds during which the pool
+ * keeps the block even at ref 0 (a pin already longer stays longer);
+ * 0 pins nothing. A namespace's pins hold at most half the blocks its
+ * quota (or the pool) allows it: past that RETAIN fails -EDQUOT.
+ *
+ * args[2]: KV_RETAIN_UNPIN drops the blocks' pins first (args[1] must
+ * then be 0).
+ */
+#define KV_PRIO_MIN		1
+#define KV_PRIO_DEFAULT		35
+#define KV_PRIO_MAX		100
+#define KV_PIN_MAX_MS		(7ULL * 24 * 3600 * 1000)	/* a week */
+#define KV_RETAIN_UNPIN		(1U << 0)
 
 /*
  * Submission entry, 64 bytes. off/nr locate an array in the client's data
@@ -431,6 +459,8 @@ enum {
 	KV_QUOTA_NAMESPACE	= 1,	/* the namespace's max_pages (kvd.conf) */
 	KV_QUOTA_TENANT		= 2,	/* its tenant's max_pages (kvd.conf) */
 	KV_QUOTA_CLIENT		= 3,	/* max_client_blocks: refs one client holds */
+	KV_QUOTA_PINS		= 4,	/* RETAIN: the namespace's pins at half
+					 * its blocks (limit: blocks; ABI 3.4) */
 };
 
 /* Admin socket (kvctl). */
@@ -451,7 +481,12 @@ enum {
 					 * for no live client of that id */
 	KV_ADMIN_TIERS		= 10,	/* reply: kv_admin_status + kv_admin_tier[]
 					 * (ABI 3.3) */
+	KV_ADMIN_PIN		= 11,	/* struct kv_admin_pin_req: pin a
+					 * prefix; reply: kv_admin_status +
+					 * one kv_admin_pin (ABI 3.4) */
+	KV_ADMIN_UNPIN		= 12,	/* the same, dropping the pins */
 };
+
 
 /* A line of text (KV_ADMIN_RELOAD: what was applied, or why not). */
 struct kv_admin_msg {
@@ -486,7 +521,12 @@ struct kv_admin_tier {
 	__u64	corrupt;	/* dropped: checksum mismatch */
 	__u64	replaced;	/* taken in again under the same key */
 	__u64	errors;		/* I/O errors (a disk tier) */
-	__u64	resv[2];
+	/* ABI 3.4: a disk tier's I/O, issue to completion, since kvd
+	 * started, in microseconds (within 25%); 0: none yet (was resv) */
+	__u32	read_p50_us;
+	__u32	read_p99_us;
+	__u32	write_p50_us;
+	__u32	write_p99_us;
 };
 
 /* kv_admin_check.ns_id of the record for the tiers' own books. */
@@ -506,6 +546,28 @@ struct kv_admin_req {
 	__u32	type;		/* KV_MSG_ADMIN */
 	__u32	cmd;		/* KV_ADMIN_* */
 	__u32	arg[2];
+	__u64	resv;
+};
+
+/*
+ * PIN and UNPIN name a prefix by the hash of its last block, as the
+ * engine computed it (kv_hash_blocks(3)); that block and its committed
+ * ancestors up to the root are pinned (or unpinned) in namespace
+ * req.arg[0] for req.arg[1] seconds (PIN: 1..KV_PIN_MAX_MS / 1000;
+ * UNPIN: 0). status -ENOENT: no such namespace; -ENXIO: no committed
+ * block of that hash in its pool; -EDQUOT: past its pin limit.
+ */
+struct kv_admin_pin_req {
+	struct kv_admin_req req;
+	struct kv_hash	hash;
+};
+
+struct kv_admin_pin {
+	__u32	ns_id;
+	__u32	blocks;		/* in the prefix: the block, its ancestors */
+	__u32	changed;	/* PIN: newly pinned; UNPIN: unpinned */
+	__u32	pinned;		/* the namespace's pinned blocks now */
+	__u64	ttl_ms;		/* PIN: the pin's time to live */
 	__u64	resv;
 };
 
@@ -564,7 +626,7 @@ struct kv_admin_ns {
 	__u32	max_context;	/* kvd.conf's, tokens; 0: none */
 	__u32	ctx_refused;	/* 1 << kind of each policy refused */
 	struct kv_ctx_policy ctx_default;
-	__u32	resv;
+	__u32	pinned_blocks;	/* ABI 3.4: kept by pins (was resv) */
 };
 
 struct kv_admin_client {
@@ -705,5 +767,7 @@ KV_STATIC_ASSERT(sizeof(struct kv_admin_prefix) % 8 == 0, "kv_admin_prefix");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_prefix) == 136, "kv_admin_prefix");
 KV_STATIC_ASSERT(sizeof(struct kv_stats) == 120, "kv_stats");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_tree_node) == 40, "kv_admin_tree_node");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_pin_req) == 48, "kv_admin_pin_req");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_pin) == 32, "kv_admin_pin");
 
 #endif /* KV_ABI_H */

@@ -366,6 +366,24 @@ int kv_alloc_prefix(struct kv_client *c, const struct kv_hash *hashes,
 int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr);
 
 /*
+ * Retention (ABI 3.4; kv_retain(3)): of @nr ids at @ids_off (prep) or in
+ * @ids, which the caller holds, committed: set the priority that orders
+ * their eviction once nobody holds them (@priority KV_PRIO_MIN..
+ * KV_PRIO_MAX, lowest evicted first; KV_PRIO_DEFAULT until set; 0
+ * leaves it), and pin them in the pool for @pin_ms milliseconds from now
+ * (0: no pin; at most KV_PIN_MAX_MS), kept even at ref 0 and charged to
+ * the namespace's quota. @flags: KV_RETAIN_UNPIN drops their pins
+ * (@pin_ms 0). res and return: @nr; -EINVAL (an id not held or not
+ * committed, a value out of range), -EDQUOT (the namespace's pins would
+ * keep more than half the blocks its quota allows), -ENOMEM, -EOVERFLOW,
+ * -EOPNOTSUPP (a kvd before ABI 3.4); nothing changes on error.
+ */
+void kv_prep_retain(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr,
+		    unsigned priority, uint64_t pin_ms, unsigned flags);
+int kv_retain(struct kv_client *c, const kv_block_t *ids, unsigned nr,
+	      unsigned priority, uint64_t pin_ms, unsigned flags);
+
+/*
  * kv_seq: one request's sequence (libkvclient/seq.c), what an engine
  * holds per request. Not thread-safe; a seq belongs to one client.
  *
@@ -415,6 +433,25 @@ struct kv_seq_hits {
  * NULL. A fork inherits its parent's.
  */
 int kv_seq_hits(const struct kv_seq *s, struct kv_seq_hits *h);
+
+/* How a kv_seq's blocks stay in the pool after it (kv_seq_retain(3)). */
+struct kv_retention {
+	uint32_t	priority;	/* KV_PRIO_MIN..KV_PRIO_MAX; 0: as is */
+	uint32_t	flags;		/* zero */
+	uint64_t	pin_ms;		/* 0: no pin; at most KV_PIN_MAX_MS */
+	uint64_t	end;		/* tokens: blocks wholly inside
+					 * [0, end) get it; 0: every block */
+};
+
+/*
+ * kv_seq_retain - the retention of @s's committed blocks (kv_retain(3)):
+ * @r is copied, NULL clears it. It is applied by kv_seq_close(), before
+ * the release, to the blocks of the block table that are committed and
+ * lie wholly below @r->end tokens (a system prompt: its length). 0, or
+ * -EINVAL (NULL @s, a value out of range, flags set); kvd is not asked
+ * until the close, whose return value then says how it went.
+ */
+int kv_seq_retain(struct kv_seq *s, const struct kv_retention *r);
 
 /*
  * Context overflow policies (struct kv_ctx_policy, enum kv_ctx_kind in

@@ -17,13 +17,14 @@ kvd.Error (an OSError: .errno and kvd's reason) when it fails.
 
 kvd.vllm is the vLLM offloading plug-in built on it (KvdOffloadingSpec).
 """
-from kvd._kvd import (ABI_MAJOR, ABI_MINOR, OPAQUE_RUN_MAX, VERSION,
-                      Client, CudaMemory, Error, HostMemory, Seq,
-                      hash_blocks)
+from kvd._kvd import (ABI_MAJOR, ABI_MINOR, OPAQUE_RUN_MAX, PIN_MAX_MS,
+                      PRIO_DEFAULT, PRIO_MAX, VERSION, Client, CudaMemory,
+                      Error, HostMemory, Seq, hash_blocks)
 
-__all__ = ["ABI_MAJOR", "ABI_MINOR", "OPAQUE_RUN_MAX", "VERSION", "Client",
-           "CudaMemory", "Error", "HostMemory", "Seq", "hash_blocks",
-           "opaque_geometry", "ROOT_HASH"]
+__all__ = ["ABI_MAJOR", "ABI_MINOR", "OPAQUE_RUN_MAX", "PIN_MAX_MS",
+           "PRIO_DEFAULT", "PRIO_MAX", "VERSION", "Client", "CudaMemory",
+           "Error", "HostMemory", "Seq", "hash_blocks", "opaque_geometry",
+           "ROOT_HASH"]
 __version__ = VERSION
 
 # The parent of a sequence's first block (kv_hash_blocks(3)).

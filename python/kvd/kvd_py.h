@@ -69,6 +69,8 @@ struct seq_object {
 	client_object		*client;	/* a reference */
 	struct kv_seq		*s;	/* NULL once closed */
 	seq_object		*next, **pprev;	/* on client->seqs */
+	int			retained;	/* retain() set one: close()
+						 * raises its failure */
 };
 
 /* A view of [addr, addr + len) of a client's pool mapping. */

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * kvd._kvd: the module: hash_blocks, the types, the constants.
+ * kvd._kvd: the module: hash_blocks, the types, the constants (ABI,
+ * retention's PRIO_DEFAULT, PRIO_MAX, PIN_MAX_MS).
  */
 #include "kvd_py.h"
 
@@ -112,6 +113,9 @@ PyMODINIT_FUNC PyInit__kvd(void)
 	    PyModule_AddIntConstant(m, "ABI_MAJOR", KV_ABI_MAJOR) ||
 	    PyModule_AddIntConstant(m, "ABI_MINOR", KV_ABI_MINOR) ||
 	    PyModule_AddIntConstant(m, "OPAQUE_RUN_MAX", KV_OPAQUE_RUN_MAX) ||
+	    PyModule_AddIntConstant(m, "PRIO_DEFAULT", KV_PRIO_DEFAULT) ||
+	    PyModule_AddIntConstant(m, "PRIO_MAX", KV_PRIO_MAX) ||
+	    PyModule_AddIntConstant(m, "PIN_MAX_MS", (long)KV_PIN_MAX_MS) ||
 	    PyModule_AddStringConstant(m, "VERSION", KV_VERSION)) {
 		Py_XDECREF(kvd_error);
 		Py_DECREF(m);

@@ -15,6 +15,7 @@ static PyObject *seq_wrap(client_object *self, struct kv_seq *s)
 	Py_INCREF(self);
 	so->client = self;
 	so->s = s;
+	so->retained = 0;
 	so->next = self->seqs;
 	if (so->next)
 		so->next->pprev = &so->next;
@@ -223,20 +224,84 @@ static PyObject *seq_fork(seq_object *so, PyObject *unused)
 	Py_END_ALLOW_THREADS
 	if (ret)
 		raise_seq(so->client, ret, "kv_seq_fork");
-	else
-		r = seq_wrap(so->client, child);
+	else if ((r = seq_wrap(so->client, child)))
+		((seq_object *)r)->retained = so->retained;	/* inherited */
 	client_leave(so->client);
 	return r;
 }
 
+/*
+ * close(): kv_seq_close. With a retention set (retain()), its RETAIN
+ * is made here, and a failure of the close is raised (the Seq closed
+ * all the same); without one, nothing is.
+ */
 static PyObject *seq_close(seq_object *so, PyObject *unused)
 {
+	struct kv_seq *s;
+	int ret = 0, retained = so->retained;
+
 	if (!so->s || !so->client->c)
 		Py_RETURN_NONE;
 	if (client_enter(so->client))
 		return NULL;
-	seq_drop(so);
+	s = seq_unlink(so);
+	if (s && so->client->pid == getpid()) {
+		Py_BEGIN_ALLOW_THREADS
+		ret = kv_seq_close(s);
+		Py_END_ALLOW_THREADS
+	}
+	if (ret < 0 && retained)
+		raise_seq(so->client, ret, "kv_seq_close");
 	client_leave(so->client);
+	if (ret < 0 && retained)
+		return NULL;
+	Py_RETURN_NONE;
+}
+
+/* An int (or anything with __index__) in [0, 2^64); ValueError else. */
+static int conv_u64(PyObject *o, void *out)
+{
+	PyObject *i = PyNumber_Index(o);
+	unsigned long long v;
+
+	if (!i)
+		return 0;
+	v = PyLong_AsUnsignedLongLong(i);
+	Py_DECREF(i);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		PyErr_Clear();
+		PyErr_SetString(PyExc_ValueError,
+				"an argument must be an int in [0, 2**64)");
+		return 0;
+	}
+	*(uint64_t *)out = v;
+	return 1;
+}
+
+/*
+ * retain(priority=0, pin_ms=0, end=0): kv_seq_retain. kvd is asked at
+ * close(); all zero clears it.
+ */
+static PyObject *seq_retain(seq_object *so, PyObject *args, PyObject *kw)
+{
+	static char *kwlist[] = { "priority", "pin_ms", "end", NULL };
+	struct kv_retention r = { 0 };
+	int ret;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|O&O&O&", kwlist,
+					 conv_u32, &r.priority,
+					 conv_u64, &r.pin_ms, conv_u64, &r.end))
+		return NULL;
+	if (seq_enter(so))
+		return NULL;
+	ret = kv_seq_retain(so->s, &r);
+	if (ret < 0)
+		raise_seq(so->client, ret, "kv_seq_retain");
+	else
+		so->retained = r.priority || r.pin_ms;
+	client_leave(so->client);
+	if (ret < 0)
+		return NULL;
 	Py_RETURN_NONE;
 }
 
@@ -336,12 +401,18 @@ static PyObject *seq_enter_ctx(seq_object *so, PyObject *unused)
 	return (PyObject *)so;
 }
 
+/* The with's end: close(); its failure is not raised over the body's. */
 static PyObject *seq_exit_ctx(seq_object *so, PyObject *args)
 {
 	PyObject *r = seq_close(so, NULL);
 
-	if (!r)
-		return NULL;
+	if (!r) {
+		if (PyTuple_GET_SIZE(args) < 1 ||
+		    PyTuple_GET_ITEM(args, 0) == Py_None)
+			return NULL;
+		PyErr_Clear();
+		Py_RETURN_FALSE;
+	}
 	Py_DECREF(r);
 	Py_RETURN_FALSE;
 }
@@ -368,7 +439,7 @@ static void seq_dealloc(seq_object *so)
 }
 
 DOC(seq, "A request's sequence (kv_seq_open(3)): block_table, hit_tokens, len(),\n"
-"append(tokens), commit(), fork(), close(). Closed with its Client.");
+"append(tokens), commit(), fork(), retain(...), close(). Closed with its Client.");
 
 static PyMethodDef seq_methods[] = {
 	{ "append", (PyCFunction)seq_append, METH_O,
@@ -389,8 +460,17 @@ static PyMethodDef seq_methods[] = {
 	  "commit(): commit every full block now (kv_seq_commit(3))" },
 	{ "fork", (PyCFunction)seq_fork, METH_NOARGS,
 	  "fork() -> Seq sharing every block (kv_seq_fork(3))" },
+	{ "retain", (PyCFunction)(void (*)(void))seq_retain,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "retain(priority=0, pin_ms=0, end=0): how the committed blocks stay\n"
+	  "in the pool after close() (kv_seq_retain(3)): their eviction\n"
+	  "priority (1..PRIO_MAX, 0 leaves it; PRIO_DEFAULT until set), a pin\n"
+	  "of pin_ms milliseconds (at most PIN_MAX_MS, 0 none), for the blocks\n"
+	  "wholly below end tokens (0: all); kvd is asked at close(), which\n"
+	  "then raises if it failed. All zero clears it" },
 	{ "close", (PyCFunction)seq_close, METH_NOARGS,
-	  "close(): release the blocks; committed ones stay cached" },
+	  "close(): release the blocks; committed ones stay cached (with a\n"
+	  "retain(), its RETAIN first: raises if that failed, closed anyway)" },
 	{ "__enter__", (PyCFunction)seq_enter_ctx, METH_NOARGS, NULL },
 	{ "__exit__", (PyCFunction)seq_exit_ctx, METH_VARARGS, NULL },
 	{ 0 },

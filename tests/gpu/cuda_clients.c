@@ -77,8 +77,9 @@ static uint8_t pat(char tag, int i)
 	return (uint8_t)(tag * 16 + i * 3 + 1);
 }
 
-/* Alloc NBLK blocks, fill each on the device, commit them as a chain. */
-static bool write_commit(struct kv_client *c, char tag)
+/* Alloc NBLK blocks, fill each on the device, commit them as a chain
+ * (and @release them: cached at ref 0, evictable). */
+static bool write_commit(struct kv_client *c, char tag, bool release)
 {
 	struct kv_commit e[NBLK];
 	kv_block_t ids[NBLK];
@@ -107,6 +108,10 @@ static bool write_commit(struct kv_client *c, char tag)
 	ok &= kv_commit(c, e, NBLK) == NBLK;
 	kv_set_stream(c, NULL);
 	cudaStreamDestroy(s);
+	for (int i = 0; ok && release && i < NBLK; i++)
+		ids[i] = e[i].id;
+	if (ok && release)
+		ok = kv_release(c, ids, NBLK) == NBLK;
 	return ok;
 }
 
@@ -191,7 +196,7 @@ static int child(const char *sock, int rd, int wr)
 	      cudaSuccess && block_is(c, ids[5], pat('A', 5), buf) &&
 	      block_is(c, x, 0xee, buf), "B", "writing the copy leaves the shared block");
 	free(buf);
-	check(write_commit(c, 'B'), "B", "writes and commits its blocks");
+	check(write_commit(c, 'B', false), "B", "writes and commits its blocks");
 	if (write(wr, "B", 1) != 1)
 		return 1;
 	kv_release(c, ids, NBLK);
@@ -217,7 +222,7 @@ static int pair(const char *sock)
 	if (connect_to(sock, &c))
 		return 1;
 	check(device_pointers(c, "A"), "A", "kv_block_ptr gives device pointers");
-	check(write_commit(c, 'A'), "A", "writes and commits its blocks");
+	check(write_commit(c, 'A', false), "A", "writes and commits its blocks");
 	if (write(ab[1], "A", 1) != 1 || read(ba[0], &m, 1) != 1)
 		failed = 1;
 	check(read_other(c, 'B', ids), "A", "reads B's committed blocks on the device");
@@ -225,6 +230,75 @@ static int pair(const char *sock)
 	kv_disconnect(c);
 	check(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
 	      !WEXITSTATUS(status), "A", "B finished without a failure");
+	return failed;
+}
+
+/* LOOKUP of chain @tag through the ring: hits, and how many came from
+ * the host tier (the CQE's flags); the hit blocks held in @ids. */
+static int lookup_chain(struct kv_client *c, char tag, kv_block_t *ids,
+			uint32_t *host)
+{
+	struct kv_hash *h = kv_data_ptr(c, 0, NBLK * sizeof(*h));
+	kv_block_t *out = kv_data_ptr(c, 4096, NBLK * sizeof(*out));
+	struct kv_sqe *sqe = kv_get_sqe(c);
+	struct kv_cqe *cqe;
+	int res;
+
+	if (!h || !out || !sqe)
+		return -1;
+	for (int i = 0; i < NBLK; i++)
+		h[i] = hash_of(tag, i);
+	kv_prep_lookup(sqe, 0, NBLK, 4096);
+	if (kv_submit_and_wait(c, 1) != 1 || kv_wait_cqe(c, &cqe))
+		return -1;
+	res = cqe->res;
+	*host = KV_CQE_HOST_HITS(cqe->flags);
+	kv_cqe_seen(c, cqe);
+	if (res > 0)
+		memcpy(ids, out, (size_t)res * sizeof(*ids));
+	return res;
+}
+
+/*
+ * The host tier behind a device pool (kvd --host-tier-size): chains of
+ * twice the pool written and released, so most are evicted into pinned
+ * host memory; each read back whole, every byte as written, and some of
+ * them brought back by host-to-device copies.
+ */
+static int tier(const char *sock)
+{
+	enum { CHAINS = 16 };
+	uint32_t promoted = 0, host = 0;
+	struct kv_pool_info pi;
+	kv_block_t ids[NBLK];
+	struct kv_client *c;
+	bool all = true;
+	uint8_t *buf;
+
+	if (connect_to(sock, &c))
+		return 1;
+	kv_pool_info(c, &pi);
+	buf = malloc(pi.block_bytes);
+	for (int t = 0; t < CHAINS; t++)
+		all &= write_commit(c, (char)('a' + t), true);
+	check(all, "T", "chains of twice the pool written and committed");
+	for (int t = 0; t < CHAINS; t++) {
+		int n = lookup_chain(c, (char)('a' + t), ids, &host);
+		bool same = n == NBLK;
+
+		for (int i = 0; same && i < NBLK; i++)
+			same = block_is(c, ids[i], pat((char)('a' + t), i), buf);
+		all &= same;
+		promoted += host;
+		if (n > 0)
+			kv_release(c, ids, (unsigned)n);
+	}
+	check(all, "T", "every chain read back whole, every byte as written");
+	check(promoted > 0, "T", "blocks came back from the host tier (pinned memory to device)");
+	printf("tier: %u of %d blocks promoted from the host tier\n", promoted,
+	       CHAINS * NBLK);
+	free(buf);
+	kv_disconnect(c);
 	return failed;
 }
 
@@ -276,6 +350,8 @@ int main(int argc, char **argv)
 		return pair(argv[2]);
 	if (argc == 4 && !strcmp(argv[1], "reconnect"))
 		return reconnect(argv[2], argv[3]);
-	fprintf(stderr, "usage: cuda_clients pair SOCKET | reconnect SOCKET FLAGFILE\n");
+	if (argc == 3 && !strcmp(argv[1], "tier"))
+		return tier(argv[2]);
+	fprintf(stderr, "usage: cuda_clients pair SOCKET | reconnect SOCKET FLAGFILE | tier SOCKET\n");
 	return 2;
 }

@@ -17,6 +17,8 @@
 #   - two engine processes writing blocks on the device and reading each
 #     other's committed blocks, COW on the device (vmm and legacy exports),
 #   - kvbench on the cuda backend, the pool shrinking back when idle,
+#   - the host tier behind a device pool: evicted blocks copied into
+#     pinned host memory and back, every byte checked,
 #   - kvd killed and restarted under a client, which reconnects,
 #   - device memory given back when kvd stops,
 #   - the Python package: pool views on the device, kvd.vllm's device
@@ -183,6 +185,17 @@ if start_kvd --backend cuda --export legacy --pool-size 4G; then
 	check "kvd (legacy) stops cleanly" stop_kvd
 else
 	fail "kvd --export legacy starts"
+fi
+
+echo "== host tier behind the device pool (pinned host memory)"
+if start_kvd --backend cuda --pool-size 64M --host-tier-size 256M; then
+	timeout 120 "$T"/cuda_clients tier "$D/kvd.sock"
+	check "the host tier round trip on the device, every byte" test $? -eq 0
+	p=$(kvctl tiers | tr -d ' \n' | sed -n 's/.*"promotions":\([0-9]*\).*/\1/p')
+	check "kvctl tiers counts promotions (${p:-none})" test "${p:-0}" -gt 0
+	check "kvd (host tier) stops cleanly" stop_kvd
+else
+	fail "kvd --backend cuda --host-tier-size starts"
 fi
 
 echo "== kvd restarted under a client"

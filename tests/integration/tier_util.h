@@ -58,8 +58,10 @@ static void check_books(void)
 	T_EQ(system(cmd), 0);
 }
 
-/* Write and commit prompt @p, then close: its blocks cached. */
-static void write_prompt(struct kv_client *c, uint32_t p)
+/* Write and commit prompt @p with retention @r (NULL: none), then
+ * close: its blocks cached. */
+static void write_retained(struct kv_client *c, uint32_t p,
+			   const struct kv_retention *r)
 {
 	uint32_t t[NTOK], nr;
 	const kv_block_t *tbl;
@@ -71,7 +73,14 @@ static void write_prompt(struct kv_client *c, uint32_t p)
 	for (uint32_t b = (uint32_t)(kv_seq_hit_tokens(s) / BT); b < nr; b++)
 		fill(c, tbl[b], p, b);
 	T_EQ(kv_seq_commit(s), 0);
+	if (r)
+		T_EQ(kv_seq_retain(s, r), 0);
 	T_EQ(kv_seq_close(s), 0);
+}
+
+static void write_prompt(struct kv_client *c, uint32_t p)
+{
+	write_retained(c, p, NULL);
 }
 
 /* Open prompt @p again: every full block a hit, its bytes intact. */

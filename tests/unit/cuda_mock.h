@@ -200,6 +200,42 @@ static CUresult m_copy(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st)
 		mock_copied += n;
 	return r;
 }
+static int mock_pinned;			/* host allocations not yet freed */
+static CUresult m_dtoh(void *dst, CUdeviceptr src, size_t n, CUstream st)
+{
+	CUresult r = called("dtoh");
+
+	if (!r)
+		mock_copied += n;
+	return r;
+}
+static CUresult m_htod(CUdeviceptr dst, const void *src, size_t n,
+		       CUstream st)
+{
+	CUresult r = called("htod");
+
+	if (!r)
+		mock_copied += n;
+	return r;
+}
+static CUresult m_hostalloc(void **p, size_t n, unsigned int f)
+{
+	CUresult r = called("hostalloc");
+
+	if (r)
+		return r;
+	*p = malloc(n);		/* stands in for page-locked memory */
+	if (!*p)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	mock_pinned++;
+	return CUDA_SUCCESS;
+}
+static CUresult m_freehost(void *p)
+{
+	free(p);
+	mock_pinned--;
+	return called("freehost");
+}
 static CUresult m_screate(CUstream *s, unsigned f)
 {
 	*s = (CUstream)0x2000;
@@ -233,7 +269,9 @@ static const struct kv_cu mock_cu = {
 	.mem_set_access = m_access, .mem_alloc = m_alloc, .mem_free = m_free,
 	.ipc_get_mem_handle = m_ipc_get, .ipc_open_mem_handle = m_ipc_open,
 	.ipc_close_mem_handle = m_ipc_close, .memset_d8_async = m_memset,
-	.memcpy_dtod_async = m_copy, .stream_create = m_screate,
+	.memcpy_dtod_async = m_copy, .memcpy_dtoh_async = m_dtoh,
+	.memcpy_htod_async = m_htod, .mem_host_alloc = m_hostalloc,
+	.mem_free_host = m_freehost, .stream_create = m_screate,
 	.stream_destroy = m_sdestroy, .stream_synchronize = m_ssync,
 	.event_create = m_ecreate, .event_destroy = m_edestroy,
 	.event_record = m_erecord, .event_synchronize = m_esync,

@@ -316,9 +316,61 @@ static void test_copy(void **state)
 	freed(d);
 }
 
+/*
+ * The host tier's path: pinned memory taken in chunks (one
+ * cuMemHostAlloc serves many blocks of a size), copies to and from it on
+ * kvd's stream, waited for; a failed copy is an error, not a hang;
+ * every chunk freed at the end.
+ */
+static void test_tier(void **state)
+{
+	char why[256] = "";
+	size_t mark = 0;
+	void *p, *q, *big;
+	struct kvd *d;
+	int ret;
+
+	mock_reset();
+	d = mkd(KV_EXPORT_VMM, 4 * MiB, &ret, why);
+	assert_int_equal(ret, 0);
+	d->cfg.host_tier_bytes = 1 * MiB;
+	mock_since(&mark);
+	p = d->be->tier_alloc(d, 32 << 10);
+	q = d->be->tier_alloc(d, 32 << 10);
+	assert_non_null(p);
+	assert_non_null(q);
+	assert_ptr_not_equal(p, q);
+	assert_string_equal(mock_since(&mark), "hostalloc");
+	memset(p, 7, 32 << 10);		/* host memory, really */
+	assert_int_equal(d->be->tier_copy(d, p, 8192, 32 << 10, true), 0);
+	assert_int_equal(d->be->tier_copy(d, q, 8192, 32 << 10, false), 0);
+	assert_string_equal(mock_since(&mark), "dtoh sync htod sync");
+	assert_int_equal(mock_copied, 2 * (32 << 10));
+	mock_fail_at = "dtoh";
+	mock_err = CUDA_ERROR_ILLEGAL_ADDRESS;
+	assert_int_equal(d->be->tier_copy(d, p, 0, 4096, true), -EIO);
+	assert_string_equal(mock_since(&mark), "dtoh");
+	mock_fail_at = "sync";
+	mock_fail_nth = 0;
+	assert_int_equal(d->be->tier_copy(d, p, 0, 4096, false), -EIO);
+	mock_fail_at = NULL;
+	/* past the limit (tier + one chunk per size class): refused */
+	big = d->be->tier_alloc(d, 600 * MiB);
+	assert_null(big);
+	d->be->tier_free(d, q, 32 << 10);
+	assert_ptr_equal(d->be->tier_alloc(d, 32 << 10), q);	/* reused */
+	d->be->tier_free(d, q, 32 << 10);
+	d->be->tier_free(d, p, 32 << 10);
+	mock_since(&mark);
+	assert_int_equal(mock_pinned, 1);
+	freed(d);
+	assert_int_equal(mock_pinned, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_tier),
 		cmocka_unit_test(test_vmm_grow_shrink),
 		cmocka_unit_test(test_vmm_tenant_handover),
 		cmocka_unit_test(test_vmm_backing_failures),
