@@ -368,6 +368,15 @@ static int fill_tree(struct kvd *d, const struct kv_admin_req *req,
  * block of client hash pin.hash in namespace arg[0] (kvd/retain.c).
  * -ENOENT: no such namespace; -ENXIO: the hash is not in its pool.
  */
+/* What is left of the pin of the block of @key: it may be longer than
+ * the request's (pins never shorten). */
+static uint64_t pin_left_ms(const struct kvd_ns *ns, const struct kv_hash *key)
+{
+	uint64_t end = kvd_ns_pin_expires(ns, key), now = kvd_now_ns();
+
+	return end > now ? (end - now + 999999) / 1000000 : 0;
+}
+
 static int pin_fill(struct kvd *d, const struct kv_admin_req *req,
 		    void *buf, bool pin)
 {
@@ -390,7 +399,7 @@ static int pin_fill(struct kvd *d, const struct kv_admin_req *req,
 	r->ns_id = ns->handle;
 	r->blocks = (uint32_t)ret;
 	r->pinned = ns->pins.nr;
-	r->ttl_ms = ttl_ms;
+	r->ttl_ms = pin ? pin_left_ms(ns, &key) : 0;
 	if (pin)
 		kvd_info("admin: namespace %u (%s): a %u-block prefix pinned for %u s (%u blocks newly)",
 			 ns->handle, ns->model_id, r->blocks, req->arg[1],

@@ -217,6 +217,7 @@ int kvd_ns_pin_prefix(struct kvd_ns *ns, const struct kv_hash *key,
 		      uint64_t ttl_ms, uint64_t now_ns, uint32_t *changed);
 uint32_t kvd_ns_pins_expire(struct kvd_ns *ns, uint64_t now_ns);
 uint32_t kvd_ns_pin_limit(const struct kvd_ns *ns);
+uint64_t kvd_ns_pin_expires(const struct kvd_ns *ns, const struct kv_hash *key);
 /* How many of @hashes the pool has, in a row from the first: no ref taken. */
 uint32_t kvd_ns_peek(const struct kvd_ns *ns, const struct kv_hash *hashes,
 		     uint32_t nr);

@@ -213,6 +213,14 @@ out:
 	return ret;
 }
 
+/* When the pin of the block of index key @key ends; 0: none. */
+uint64_t kvd_ns_pin_expires(const struct kvd_ns *ns, const struct kv_hash *key)
+{
+	uint32_t id = kvd_prefix_find(ns, key);
+
+	return id == KVD_NIL ? 0 : kvd_pins_expires(&ns->pins, id);
+}
+
 /* The pins of @ns ended by @now_ns go: their blocks cached, evictable. */
 uint32_t kvd_ns_pins_expire(struct kvd_ns *ns, uint64_t now_ns)
 {

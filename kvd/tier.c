@@ -328,6 +328,10 @@ void kvd_tier_take(struct kvd *d, struct kvd_client *c,
 		return;
 	t->lookups++;
 	run->n = take_run(t, c->ns, hashes, from, nr, run->got);
+	if (!run->n) {
+		free(run->got);
+		run->got = NULL;
+	}
 }
 
 void kvd_tier_untake(struct kvd *d, struct kvd_tier_run *run)
