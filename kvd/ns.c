@@ -261,6 +261,8 @@ void kvd_ns_exit(struct kvd_ns *ns)
 	kvd_holds_exit(&ns->holds);
 	kvd_prefix_exit(ns);
 	kvd_pins_exit(&ns->pins);
+	if (ns->pool)
+		ns->pool->pinned_pages -= ns->pinned_pages;
 	memset(ns, 0, sizeof(*ns));
 	ns->kept = kept;
 }

@@ -170,6 +170,7 @@ struct kvd_ns {
 	/* retention (kvd/retain.c): pins hold their blocks as a holder */
 	struct kvd_pins	pins;
 	struct kvd_holder pin_holder;	/* slot KVD_PIN_SLOT */
+	uint32_t	pinned_pages;	/* of its slabs with a pinned block */
 	struct kvd_ns_kept kept;	/* the slot's, not this namespace's:
 					 * survives kvd_ns_init and _exit */
 };

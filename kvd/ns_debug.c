@@ -248,6 +248,15 @@ int kvd_ns_check(struct kvd_ns *ns, const char **why)
 	}
 	if (ns->pin_holder.nr_refs != ns->pins.nr)
 		FAIL("the pin holder's refs are not its pins");
+	n = 0;
+	used = 0;
+	for (uint32_t s = 0; s < ns->slab_slots_used; s++) {
+		n += ns->slabs[s].live ? ns->slabs[s].nr_pinned : 0;
+		used += ns->slabs[s].live && ns->slabs[s].nr_pinned ?
+			ns->slab_pages : 0;
+	}
+	if (n != ns->pins.nr || used != ns->pinned_pages)
+		FAIL("the slabs' pinned counts are not the pins");
 	ret = 0;
 #undef FAIL
 out:

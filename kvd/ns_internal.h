@@ -117,6 +117,7 @@ struct kvd_slab {
 					 * of its blocks (prefix.c) */
 	uint64_t	tick;		/* newest release of a block of it
 					 * into the cache: its last use */
+	uint32_t	nr_pinned;	/* its blocks a pin holds (retain.c) */
 	bool		live;
 };
 

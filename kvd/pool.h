@@ -15,6 +15,7 @@ struct kvd_pool {
 	uint32_t	nr_pages;
 	uint32_t	pages_used;
 	uint32_t	peak_pages_used;
+	uint32_t	pinned_pages;	/* of slabs with a pinned block (retain.c) */
 	unsigned long	*used;		/* bitmap, 1 = page belongs to a slab */
 	/*
 	 * Extents: the pool in runs of extent_pages, each owned by one

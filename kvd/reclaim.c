@@ -332,34 +332,16 @@ static void win_take(struct rmap *m, const struct rwin *w)
 }
 
 /*
- * The common case without the map: the coldest reclaimable slab that
- * another namespace may give holds, alone, an aligned run for a slab
- * of @ns in extents @ns's tenant may take once it is gone. No run can
- * cost less (win_best would choose it too, but for ties). Returns true
- * with *@oi, *@os set; false when it does not hold one (or none is).
+ * Slab @s of @o holds, alone, an aligned run for a slab of @ns in
+ * extents @ns's tenant may take once it is gone.
  */
-static bool coldest_slab_fits(struct kvd_ns *ns, uint32_t *oi, uint32_t *os)
+static bool slab_fits(const struct kvd_ns *ns, const struct kvd_ns *o,
+		      uint32_t s)
 {
 	const struct kvd_pool *pool = ns->pool;
-	uint64_t best = UINT64_MAX, a, f, l, ep = pool->extent_pages;
-	const struct kvd_ns *o;
+	uint64_t a, f, l, ep = pool->extent_pages;
 
-	for (uint32_t i = 0; i < pool->nr_ns; i++) {
-		o = &pool->ns[i];
-		if (!o->live || o == ns || !ns_reclaimable(o, o->slab_pages))
-			continue;
-		for (uint32_t s = 0; s < o->slab_slots_used; s++)
-			if (slab_reclaimable(&o->slabs[s]) &&
-			    o->slabs[s].tick < best) {
-				best = o->slabs[s].tick;
-				*oi = i;
-				*os = s;
-			}
-	}
-	if (best == UINT64_MAX)
-		return false;
-	o = &pool->ns[*oi];
-	f = o->slabs[*os].first_page;
+	f = o->slabs[s].first_page;
 	l = f + o->slab_pages;
 	a = (f + ns->slab_align - 1) / ns->slab_align * ns->slab_align;
 	if (a + ns->slab_pages > l)
@@ -378,10 +360,144 @@ static bool coldest_slab_fits(struct kvd_ns *ns, uint32_t *oi, uint32_t *os)
 	return true;
 }
 
+/*
+ * The common case without the map: the coldest reclaimable slab that
+ * another namespace may give holds, alone, an aligned run for a slab
+ * of @ns in extents @ns's tenant may take once it is gone. No run can
+ * cost less (win_best would choose it too, but for ties). Returns true
+ * with *@oi, *@os set; false when it does not hold one (or none is).
+ */
+static bool coldest_slab_fits(struct kvd_ns *ns, uint32_t *oi, uint32_t *os)
+{
+	const struct kvd_pool *pool = ns->pool;
+	uint64_t best = UINT64_MAX;
+	const struct kvd_ns *o;
+
+	for (uint32_t i = 0; i < pool->nr_ns; i++) {
+		o = &pool->ns[i];
+		if (!o->live || o == ns || !ns_reclaimable(o, o->slab_pages))
+			continue;
+		for (uint32_t s = 0; s < o->slab_slots_used; s++)
+			if (slab_reclaimable(&o->slabs[s]) &&
+			    o->slabs[s].tick < best) {
+				best = o->slabs[s].tick;
+				*oi = i;
+				*os = s;
+			}
+	}
+	return best != UINT64_MAX && slab_fits(ns, &pool->ns[*oi], *os);
+}
+
 /* Can @ns make one more slab at all (a free slot)? */
 static bool slab_slot_left(const struct kvd_ns *ns)
 {
 	return ns->free_slab != KVD_NIL || ns->slab_slots_used < ns->max_slabs;
+}
+
+/*
+ * The committed blocks of slab @s of @o (none held) and those that
+ * descend from one of them, in any slab, marked 1 in @st (2: not;
+ * [max_blocks], zeroed), each found by walking up its parents once (a
+ * second walk writes the answer along the path). True when none of
+ * them is held, so that they can all go.
+ */
+static bool below_slab(const struct kvd_ns *o, uint32_t s, uint8_t *st)
+{
+	for (uint32_t id = 0; id < o->max_blocks; id++)
+		if (o->blocks[id].committed && o->blocks[id].slab == s)
+			st[id] = 1;
+	for (uint32_t id = 0; id < o->max_blocks; id++) {
+		const struct kvd_block *b = &o->blocks[id];
+		uint32_t p;
+		uint8_t v;
+
+		if (st[id] || !b->committed)
+			continue;
+		for (p = b->parent; p != KVD_NIL && !st[p];
+		     p = o->blocks[p].parent)
+			;
+		v = p == KVD_NIL ? 2 : st[p];
+		for (uint32_t q = id; q != p; q = o->blocks[q].parent)
+			st[q] = v;
+		if (v == 1 && b->state == KVD_BLOCK_HELD)
+			return false;
+	}
+	for (uint32_t id = 0; id < o->max_blocks; id++)
+		if (st[id] == 1 && o->blocks[id].state == KVD_BLOCK_HELD)
+			return false;
+	return true;
+}
+
+/* Evict the blocks below_slab marked, leaf first, as slab_evict does:
+ * the last of slab @s gives its pages back. */
+static uint32_t evict_below(struct kvd_ns *o, uint8_t *st)
+{
+	uint32_t n = 0;
+
+	for (uint32_t id = 0; id < o->max_blocks; id++) {
+		uint32_t q = id;
+
+		while (q != KVD_NIL && st[q] == 1 &&
+		       o->blocks[q].state == KVD_BLOCK_CACHED &&
+		       !o->blocks[q].nr_children) {
+			uint32_t p = o->blocks[q].parent;
+
+			st[q] = 0;
+			kvd_prefix_evict_leaf(o, q);
+			kvd_evicted(o, q);
+			kvd_slab_free_block(o, q);
+			n++;
+			q = p;
+		}
+	}
+	return n;
+}
+
+/*
+ * No slab of another namespace could go whole: a slab none of whose
+ * blocks is held can still be kept by chains of cached blocks hanging
+ * from it into other slabs (slab_reclaimable's second rule), and those
+ * slabs kept by a held (or pinned) block of theirs. Take the coldest
+ * such slab that fits a slab of @ns and whose descendants elsewhere are
+ * all cached: they go with it, leaf first. Nothing is evicted unless
+ * the slab then goes. Rare, and O(blocks of that namespace).
+ * Returns the pages freed.
+ */
+static uint32_t unstrand(struct kvd_ns *ns)
+{
+	struct kvd_pool *pool = ns->pool;
+	uint32_t before = pool->pages_used, s = KVD_NIL;
+	uint64_t best = UINT64_MAX;
+	struct kvd_ns *o = NULL;
+	uint8_t *st;
+
+	for (uint32_t i = 0; i < pool->nr_ns; i++) {
+		struct kvd_ns *c = &pool->ns[i];
+
+		if (!c->live || c == ns || !ns_reclaimable(c, c->slab_pages))
+			continue;
+		for (uint32_t k = 0; k < c->slab_slots_used; k++) {
+			const struct kvd_slab *sl = &c->slabs[k];
+
+			if (sl->live && !sl->nr_held && sl->nr_out &&
+			    sl->tick < best && slab_fits(ns, c, k)) {
+				best = sl->tick;
+				o = c;
+				s = k;
+			}
+		}
+	}
+	if (!o)
+		return 0;
+	st = calloc(o->max_blocks, 1);
+	if (!st)
+		return 0;
+	if (below_slab(o, s, st)) {
+		pool->reclaims += evict_below(o, st);
+		kvd_warn_on_once(o->slabs[s].live);	/* all of it went */
+	}
+	free(st);
+	return before - pool->pages_used;
 }
 
 /*
@@ -393,8 +509,10 @@ static bool slab_slot_left(const struct kvd_ns *ns)
  * so every block evicted here frees a page @ns gets. The run is the one
  * whose victims were used least recently (win_best); when this
  * namespace's own least recently used leaf is older still, nothing is
- * reclaimed and @ns evicts that leaf instead. Nothing is evicted when no
- * run can be freed. Returns the pages freed, 0 if none.
+ * reclaimed and @ns evicts that leaf instead. When no run can be freed
+ * and @ns has no leaf to evict, the coldest leaves of another namespace
+ * go until one of its slabs empties (unstrand). Returns the pages freed,
+ * 0 if none.
  */
 int kvd_ns_reclaim(struct kvd_ns *ns)
 {
@@ -415,8 +533,11 @@ int kvd_ns_reclaim(struct kvd_ns *ns)
 	}
 	if (rmap_init(&m, ns))
 		return 0;
-	if (!win_best(&m, &w) || !w.nv)
+	if (!win_best(&m, &w) || !w.nv) {
+		if (first == KVD_NIL)	/* nothing of ours to evict instead */
+			unstrand(ns);
 		goto out;
+	}
 	if (first != KVD_NIL && ns->blocks[first].tick < w.cost)
 		goto out;
 	for (uint32_t v = 0; v < w.nv; v++)

@@ -22,48 +22,72 @@
 #include "ns_internal.h"
 
 /*
- * The most blocks @ns's pins may hold: half the blocks it may have at
- * all (the pool, within its namespace's and its tenant's max_pages), so
- * that its own requests always find room beside its pins.
+ * The most pages of slabs with a pinned block @ns may have: half the
+ * pages it may have at all (the pool, within its namespace's and its
+ * tenant's max_pages). Slabs, not blocks, since reclaim frees whole
+ * slabs and one pin keeps its slab: so its own requests, and other
+ * namespaces' (the pool's pinned slabs are bounded at half the pool
+ * too), always find room beside its pins.
  */
 uint32_t kvd_ns_pin_limit(const struct kvd_ns *ns)
 {
-	uint64_t pages = ns->pool->nr_pages, blocks;
+	uint32_t pages = ns->pool->nr_pages;
 
 	if (ns->acct.max_pages && ns->acct.max_pages < pages)
 		pages = ns->acct.max_pages;
 	if (ns->tacct && ns->tacct->max_pages && ns->tacct->max_pages < pages)
 		pages = ns->tacct->max_pages;
-	blocks = pages / ns->slab_pages * (ns->slab_bytes / ns->block_bytes);
-	if (blocks > ns->max_blocks)
-		blocks = ns->max_blocks;
-	return (uint32_t)(blocks / 2);
+	return pages / 2;
+}
+
+/* @id's slab gains (@d 1) or loses (@d -1) a pinned block: its pages
+ * count as pinned while it has any. */
+static void slab_pinned(struct kvd_ns *ns, uint32_t id, int d)
+{
+	struct kvd_slab *sl = &ns->slabs[ns->blocks[id].slab];
+
+	if (d > 0 ? sl->nr_pinned++ == 0 : --sl->nr_pinned == 0) {
+		ns->pinned_pages += (uint32_t)d * ns->slab_pages;
+		ns->pool->pinned_pages += (uint32_t)d * ns->slab_pages;
+	}
 }
 
 /*
  * Pins @ids[0..@nr) would add: the blocks not pinned yet, each counted
- * once (the blocks' scratch marks, cleared again).
+ * once (the blocks' scratch marks, cleared again), and in *@pages the
+ * pages of the slabs they would be the first pin of.
  */
-static uint32_t new_pins(struct kvd_ns *ns, const uint32_t *ids, uint32_t nr)
+static uint32_t new_pins(struct kvd_ns *ns, const uint32_t *ids, uint32_t nr,
+			 uint32_t *pages)
 {
-	uint32_t n = 0;
+	uint32_t n = 0, before = ns->pinned_pages;
 
 	for (uint32_t i = 0; i < nr; i++) {
 		struct kvd_block *b = &ns->blocks[ids[i]];
 
-		if (!b->mark && !kvd_pins_has(&ns->pins, ids[i]))
+		if (!b->mark && !kvd_pins_has(&ns->pins, ids[i])) {
 			n++;
+			slab_pinned(ns, ids[i], 1);	/* undone below */
+		}
 		b->mark = true;
 	}
-	for (uint32_t i = 0; i < nr; i++)
-		ns->blocks[ids[i]].mark = false;
+	*pages = ns->pinned_pages - before;
+	for (uint32_t i = 0; i < nr; i++) {
+		struct kvd_block *b = &ns->blocks[ids[i]];
+
+		if (b->mark && !kvd_pins_has(&ns->pins, ids[i]))
+			slab_pinned(ns, ids[i], -1);
+		b->mark = false;
+	}
 	return n;
 }
 
-/* Room for @n new pins: the limit, the hold table, the pin heap. */
-static int pin_room(struct kvd_ns *ns, uint32_t n)
+/* Room for @n new pins in @pages more pinned slab pages: the limits,
+ * the hold table, the pin heap. */
+static int pin_room(struct kvd_ns *ns, uint32_t n, uint32_t pages)
 {
-	if ((uint64_t)ns->pins.nr + n > kvd_ns_pin_limit(ns))
+	if ((uint64_t)ns->pinned_pages + pages > kvd_ns_pin_limit(ns) ||
+	    (uint64_t)ns->pool->pinned_pages + pages > ns->pool->nr_pages / 2)
 		return -EDQUOT;
 	if ((uint64_t)ns->holds.nr + n > ns->holds.cap)
 		return -ENOMEM;
@@ -72,8 +96,10 @@ static int pin_room(struct kvd_ns *ns, uint32_t n)
 
 static void unpin(struct kvd_ns *ns, uint32_t id)
 {
-	if (kvd_pins_del(&ns->pins, id))
-		kvd_ns_hold_put(ns, &ns->pin_holder, id);
+	if (!kvd_pins_del(&ns->pins, id))
+		return;
+	slab_pinned(ns, id, -1);
+	kvd_ns_hold_put(ns, &ns->pin_holder, id);
 }
 
 /*
@@ -88,6 +114,7 @@ static bool pin(struct kvd_ns *ns, uint32_t id, uint64_t expires_ns)
 		kvd_pins_del(&ns->pins, id);	/* KVD_REF_MAX: checked */
 		return false;
 	}
+	slab_pinned(ns, id, 1);
 	return true;
 }
 
@@ -130,7 +157,9 @@ int kvd_ns_retain(struct kvd_ns *ns, struct kvd_holder *hr,
 	if (ret)
 		return ret;
 	if (pin_ms) {
-		ret = pin_room(ns, new_pins(ns, ids, nr));
+		uint32_t pages, n = new_pins(ns, ids, nr, &pages);
+
+		ret = pin_room(ns, n, pages);
 		if (ret)
 			return ret;
 	}
@@ -191,8 +220,10 @@ int kvd_ns_pin_prefix(struct kvd_ns *ns, const struct kv_hash *key,
 		return ret;
 	n = (uint32_t)ret;
 	if (ttl_ms) {
-		*changed = new_pins(ns, ids, n);
-		ret = pin_room(ns, *changed);
+		uint32_t pages;
+
+		*changed = new_pins(ns, ids, n, &pages);
+		ret = pin_room(ns, *changed, pages);
 		for (uint32_t i = 0; !ret && i < n; i++)
 			if (ns->blocks[ids[i]].ref >= KVD_REF_MAX)
 				ret = -EOVERFLOW;
@@ -227,6 +258,7 @@ uint32_t kvd_ns_pins_expire(struct kvd_ns *ns, uint64_t now_ns)
 	uint32_t id, n = 0;
 
 	while ((id = kvd_pins_expired(&ns->pins, now_ns)) != KVD_NIL) {
+		slab_pinned(ns, id, -1);
 		kvd_ns_hold_put(ns, &ns->pin_holder, id);
 		n++;
 	}

@@ -170,7 +170,7 @@ static void quota_text(struct kv_client *c, const char *fn)
 			 fn, st.quota_limit);
 		break;
 	case KV_QUOTA_PINS:
-		snprintf(b, n, "%s: pin limit: the namespace's pins may keep %u blocks, half what its quota allows (kvctl pin; shorter pins)",
+		snprintf(b, n, "%s: pin limit: pinned slabs at %u pages, half the namespace's quota, or half the pool",
 			 fn, st.quota_limit);
 		break;
 	default:

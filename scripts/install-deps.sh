@@ -14,9 +14,10 @@ binutils"
 # xxhash, psutil, typing-extensions).
 PKGS="$PKGS python3-dev python3-pytest python3-torch python3-numpy \
 python3-cbor2 python3-xxhash python3-psutil python3-typing-extensions"
-# --bench: what `make bench` compares kvd with (kvbench --redis) and
-# counts kvd's system calls with (kvbench --perf-stat), too.
-[ "${1:-}" = "--bench" ] && PKGS="$PKGS redis-server linux-perf"
+# --bench: what `make bench` compares kvd with (kvbench --redis; fio,
+# the disk's own sequential read beside kvbench --disk-tier-size's
+# promotions) and counts kvd's system calls with (kvbench --perf-stat).
+[ "${1:-}" = "--bench" ] && PKGS="$PKGS redis-server linux-perf fio"
 # --bundle: what `make gpu-bundle` points the bundle's programs at its lib/ with.
 [ "${1:-}" = "--bundle" ] && PKGS="$PKGS patchelf"
 

@@ -353,8 +353,10 @@ struct kv_commit {
  *
  * args[1], a pin: 1 to KV_PIN_MAX_MS milliseconds during which the pool
  * keeps the block even at ref 0 (a pin already longer stays longer);
- * 0 pins nothing. A namespace's pins hold at most half the blocks its
- * quota (or the pool) allows it: past that RETAIN fails -EDQUOT.
+ * 0 pins nothing. The slabs a namespace's pins keep (one pin keeps its
+ * slab from reclaim) take at most half the pages its quota (or the
+ * pool) allows it, and the pinned slabs of all namespaces half the
+ * pool: past that RETAIN fails -EDQUOT.
  *
  * args[2]: KV_RETAIN_UNPIN drops the blocks' pins first (args[1] must
  * then be 0).
@@ -459,8 +461,9 @@ enum {
 	KV_QUOTA_NAMESPACE	= 1,	/* the namespace's max_pages (kvd.conf) */
 	KV_QUOTA_TENANT		= 2,	/* its tenant's max_pages (kvd.conf) */
 	KV_QUOTA_CLIENT		= 3,	/* max_client_blocks: refs one client holds */
-	KV_QUOTA_PINS		= 4,	/* RETAIN: the namespace's pins at half
-					 * its blocks (limit: blocks; ABI 3.4) */
+	KV_QUOTA_PINS		= 4,	/* RETAIN: the slabs its pins keep at
+					 * half its pages, or the pool's at half
+					 * the pool (limit: pages; ABI 3.4) */
 };
 
 /* Admin socket (kvctl). */

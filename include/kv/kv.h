@@ -375,7 +375,8 @@ int kv_commit(struct kv_client *c, struct kv_commit *entries, unsigned nr);
  * the namespace's quota. @flags: KV_RETAIN_UNPIN drops their pins
  * (@pin_ms 0). res and return: @nr; -EINVAL (an id not held or not
  * committed, a value out of range), -EDQUOT (the namespace's pins would
- * keep more than half the blocks its quota allows), -ENOMEM, -EOVERFLOW,
+ * keep slabs past half the pages its quota allows, or the pool's pinned
+ * slabs past half the pool), -ENOMEM, -EOVERFLOW,
  * -EOPNOTSUPP (a kvd before ABI 3.4); nothing changes on error.
  */
 void kv_prep_retain(struct kv_sqe *sqe, uint32_t ids_off, unsigned nr,

@@ -84,7 +84,7 @@ done || exit 1
 
 # The log: kvbench's tables in full, labelled; the JSON as it was.
 log=$TDIR/demo/demo.log
-grep -Eq 'req/s +hit ratio \(blocks\) +(pool +host tier +)?open' "$log" ||
+grep -Eq 'req/s +hit ratio \(blocks\) +(pool +host tier +(disk tier +)?)?open' "$log" ||
 	fail "no 'hit ratio (blocks)' column in the log"
 grep -Eq '^ +waste at peak +[0-9]+(\.[0-9]+)? %$' "$log" ||
 	fail "waste at peak not a percentage in the log"

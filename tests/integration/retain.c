@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * Retention with a real kvd (KV_OP_RETAIN, kv_seq_retain, kvctl pin):
- * a 128-block pool takes prompts of 20 blocks, so writing ten pushes the
- * oldest out. A prompt of priority 100 outlives the default ones written
+ * a 256-block pool takes prompts of 20 blocks, so writing fourteen
+ * pushes the oldest out. A prompt of priority 100 outlives the default ones written
  * after it, and with kv_retention.end only its head does; a pinned
  * prompt stays however many come after, until its pin ends at its TTL,
- * then goes like any other; pins past half the pool are refused
- * -EDQUOT with nothing pinned; a pin outlives the client that set it;
+ * then goes like any other; pins whose slabs pass half the pool are
+ * refused -EDQUOT with nothing pinned, and another model still gets the
+ * other half; a pin outlives the client that set it;
  * kvctl pin and unpin by the hash of a prefix's last block; bad
  * requests are refused with nothing changed. kvctl check throughout.
  */
@@ -16,6 +17,9 @@
 #include <unistd.h>
 
 #include "tier_util.h"
+
+#define POOL_BLOCKS	256	/* 8 MiB of 32 KiB blocks */
+#define FLOOD		14	/* prompts: 280 blocks */
 
 /* Blocks of prompt @p still in the pool (a pool-only lookup). */
 static int pool_hits(struct kv_client *c, uint32_t p)
@@ -36,10 +40,10 @@ static int pool_hits(struct kv_client *c, uint32_t p)
 	return n;
 }
 
-/* Ten default prompts from @base: the pool's whole size in new blocks. */
+/* Default prompts from @base: more than the pool in new blocks. */
 static void flood(struct kv_client *c, uint32_t base)
 {
-	for (uint32_t p = base; p < base + 10; p++)
+	for (uint32_t p = base; p < base + FLOOD; p++)
 		write_prompt(c, p);
 }
 
@@ -102,22 +106,74 @@ static int hold_prompt(struct kv_client *c, uint32_t p, kv_block_t *ids)
 	return kv_lookup(c, h, FULL, ids);
 }
 
-static void test_limit_and_errors(struct kv_client *c)
+/* Unpin prompts [@from, @to) by RETAIN, those of them in the pool. */
+static void unpin_prompts(struct kv_client *c, uint32_t from, uint32_t to)
+{
+	kv_block_t ids[FULL];
+
+	for (uint32_t p = from; p < to; p++) {
+		int n = hold_prompt(c, p, ids);
+
+		if (n > 0) {
+			T_EQ(kv_retain(c, ids, (unsigned)n, 0, 0,
+				       KV_RETAIN_UNPIN), n);
+			T_EQ(kv_release(c, ids, (unsigned)n), n);
+		}
+	}
+}
+
+/*
+ * Pins keep whole slabs from reclaim, so their limit counts the slabs'
+ * pages: half the namespace's, and half the pool's for all. Prompts are
+ * pinned until one is refused -EDQUOT, with nothing of it pinned; then
+ * another model still gets half the pool.
+ */
+static void test_limit(struct kv_client *c)
+{
+	kv_block_t ids[FULL], *many = calloc(POOL_BLOCKS / 2, sizeof(*many));
+	struct kv_client *o;
+	long long before;
+	uint32_t p, n = 0;
+	int ret = 0;
+
+	T_ASSERT(many);
+	for (p = 10; p < 10 + 2 * FLOOD && ret != -EDQUOT; p++) {
+		write_prompt(c, p);
+		T_EQ(hold_prompt(c, p, ids), FULL);
+		before = pinned();
+		ret = kv_retain(c, ids, FULL, 0, 60000, 0);
+		T_ASSERT(ret == FULL || ret == -EDQUOT);
+		n += ret == FULL;
+		if (ret == -EDQUOT) {
+			T_ASSERT(strstr(kv_last_error(c), "pin limit"));
+			T_EQ(pinned(), before);	/* nothing of it pinned */
+		}
+		T_EQ(kv_release(c, ids, FULL), FULL);
+	}
+	T_EQ(ret, -EDQUOT);
+	T_ASSERT(n >= 1);
+	check_books();
+
+	/* a block at a time, as an engine grows its sequences */
+	T_EQ(t_connect(&k, "other", NULL, &o), 0);
+	for (int i = 0; i < POOL_BLOCKS / 2; i++)
+		T_EQ(kv_alloc(o, 1, &many[i]), 1);
+	T_EQ(kv_release(o, many, POOL_BLOCKS / 2), POOL_BLOCKS / 2);
+	kv_disconnect(o);
+	free(many);
+
+	unpin_prompts(c, 10, p);
+	T_EQ(pinned(), 0);
+	check_books();
+}
+
+/* Out of range, uncommitted, not held: -EINVAL, nothing changed. */
+static void test_errors(struct kv_client *c)
 {
 	kv_block_t ids[FULL], fresh;
-	int n;
 
-	/* 3 x 20 pinned of a 64-block limit; a 4th prompt is refused */
-	for (uint32_t p = 10; p < 13; p++)
-		write_retained(c, p, &(struct kv_retention){ .pin_ms = 60000 });
-	T_EQ(pinned(), 3 * FULL);
-	write_retained(c, 13, NULL);
+	write_prompt(c, 13);
 	T_EQ(hold_prompt(c, 13, ids), FULL);
-	T_EQ(kv_retain(c, ids, FULL, 0, 60000, 0), -EDQUOT);
-	T_ASSERT(strstr(kv_last_error(c), "pin limit"));
-	T_EQ(pinned(), 3 * FULL);	/* nothing of it pinned */
-
-	/* out of range, uncommitted, not held: -EINVAL, nothing changed */
 	T_EQ(kv_retain(c, ids, FULL, KV_PRIO_MAX + 1, 0, 0), -EINVAL);
 	T_EQ(kv_retain(c, ids, FULL, 0, KV_PIN_MAX_MS + 1, 0), -EINVAL);
 	T_EQ(kv_retain(c, ids, FULL, 0, 5, KV_RETAIN_UNPIN), -EINVAL);
@@ -126,27 +182,13 @@ static void test_limit_and_errors(struct kv_client *c)
 	T_EQ(kv_retain(c, &fresh, 1, 50, 0, 0), -EINVAL);
 	T_EQ(kv_release(c, &fresh, 1), 1);
 	T_EQ(kv_retain(c, &fresh, 1, 50, 0, 0), -EINVAL);
+	T_EQ(kv_retain(c, ids, FULL, 0, 60000, 0), FULL);
 	T_EQ(kv_release(c, ids, FULL), FULL);
 	T_EQ(kv_retain(c, ids, 1, 50, 0, 0), -EINVAL);
-	T_EQ(pinned(), 3 * FULL);
+	T_EQ(pinned(), FULL);
+	unpin_prompts(c, 13, 14);
+	T_EQ(pinned(), 0);
 	check_books();
-
-	/* unpin one prompt by RETAIN: room for the 4th */
-	T_EQ(hold_prompt(c, 10, ids), FULL);
-	T_EQ(kv_retain(c, ids, FULL, 0, 0, KV_RETAIN_UNPIN), FULL);
-	T_EQ(kv_release(c, ids, FULL), FULL);
-	T_EQ(pinned(), 2 * FULL);
-	T_EQ(hold_prompt(c, 13, ids), FULL);
-	n = kv_retain(c, ids, FULL, 0, 60000, 0);
-	T_EQ(n, FULL);
-	T_EQ(kv_release(c, ids, FULL), FULL);
-	T_EQ(pinned(), 3 * FULL);
-	check_books();
-
-	T_EQ(hold_prompt(c, 13, ids), FULL);
-	T_EQ(kv_retain(c, ids, FULL, 0, 0, KV_RETAIN_UNPIN), FULL);
-	T_EQ(kv_release(c, ids, FULL), FULL);
-	T_EQ(pinned(), 2 * FULL);
 }
 
 /* A pin is the namespace's: it outlives the client that set it. */
@@ -158,7 +200,7 @@ static void test_client_gone(void)
 	write_retained(c, 20, &(struct kv_retention){ .pin_ms = 60000 });
 	kv_disconnect(c);
 	usleep(300 * 1000);
-	T_EQ(pinned(), 3 * FULL);
+	T_EQ(pinned(), FULL);
 	check_books();
 }
 
@@ -241,11 +283,12 @@ int main(void)
 {
 	struct kv_client *c;
 
-	t_kvd_start(&k, "4M", NULL);
+	t_kvd_start(&k, "8M", NULL);
 	T_EQ(t_connect(&k, "retain", NULL, &c), 0);
 	test_priority(c);
 	test_pin_ttl(c);
-	test_limit_and_errors(c);
+	test_limit(c);
+	test_errors(c);
 	test_client_gone();
 	test_kvctl(c);
 	kv_disconnect(c);

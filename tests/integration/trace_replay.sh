@@ -8,7 +8,12 @@
 # same way. With a host tier behind a small pool (--compare-tier, on
 # kvbench's private kvds) the synthetic replay reaches the bound again,
 # its hits split between pool and tier, where the pool alone falls
-# short. Exit 0 pass, 1 fail, 77 skip (no trace, no jq).
+# short. With a few MiB of disk tier below a host tier too small for
+# the stream (--disk-tier-size, the file in the test's temp dir) the
+# replay reaches the bound with hits from the disk, its promotion pass
+# reads the disk back, and no file is left behind; a file at
+# --disk-tier-path that is not kvd's is refused and left as it was.
+# Exit 0 pass, 1 fail, 77 skip (no trace, no jq).
 # usage: sh tests/integration/trace_replay.sh BUILD_DIR
 BUILD=${1:-build}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -115,5 +120,50 @@ jq -e --argjson tol "$TOL" '
 		.kvbench.tier_compare.tier_hit_ratio - 0.05
 ' "$DIR/tier.json" >/dev/null ||
 	fail "host tier: expected the bound with the tier, well above the pool alone"
+
+# 2 MiB pool, 1 MiB host tier (4096 blocks), 8 MiB disk tier (2047 runs
+# of 4 KiB) for ~33k committed blocks: the disk's hits are needed.
+mkdir "$DIR/disk" || fail "mkdir $DIR/disk"
+echo "kvbench --private-kvd=2M --host-tier-size 1M --disk-tier-size 8M --synthetic"
+# shellcheck disable=SC2086 # GEOM and to are several words
+$to "$BUILD/kvbench" --private-kvd=2M --kvd "$BUILD/kvd" \
+	--host-tier-size 1M --disk-tier-size 8M \
+	--disk-tier-path "$DIR/disk/tier" $GEOM -q --json "$DIR/disk.json" \
+	--synthetic --limit 1000 -p 2 --model kvbench-disk ||
+	fail "kvbench --disk-tier-size exit status $?"
+jq -r '.kvbench | "  hit ratio \(.results.hit_ratio_total_blocks) (pool \(.results.hit_ratio_pool_blocks), host \(.results.hit_ratio_host_blocks), disk \(.results.hit_ratio_disk_blocks)); bound \(.results.bound_blocks); promotion \(.promotion.promotion_bw_MBps) MB/s, fio \(.promotion.fio) \(.promotion.fio_seq_read_MBps // .promotion.fio_note)"' "$DIR/disk.json"
+jq -e --argjson tol "$TOL" '
+	.kvbench.result == "ok" and
+	.kvbench.results.stamp_errors == 0 and
+	.kvbench.results.pool_hit_blocks + .kvbench.results.host_hit_blocks +
+		.kvbench.results.disk_hit_blocks == .kvbench.results.hit_blocks and
+	.kvbench.results.disk_hit_blocks > 0 and
+	.kvbench.disk_tier.demotions > 0 and
+	.kvbench.disk_tier.promotions >= .kvbench.results.disk_hit_blocks and
+	.kvbench.disk_tier.corrupt == 0 and .kvbench.disk_tier.errors == 0 and
+	.kvbench.disk_tier.read_p50_us > 0 and
+	.kvbench.promotion.result == "ok" and
+	.kvbench.promotion.disk_promotions > 0 and
+	.kvbench.promotion.promotion_bw_MBps > 0 and
+	(.kvbench.promotion.fio | . == "ok" or . == "not installed" or
+		. == "failed")
+' "$DIR/disk.json" >/dev/null ||
+	fail "disk tier: expected disk hits and a promotion pass that read the disk"
+left=$(ls -A "$DIR/disk")
+[ -z "$left" ] || fail "disk tier: left behind in $DIR/disk: $left"
+
+# Not kvd's: refused by kvd, never removed by kvbench.
+echo "not a tier file" >"$DIR/disk/foreign"
+# shellcheck disable=SC2086 # GEOM and to are several words
+if $to "$BUILD/kvbench" --private-kvd=2M --kvd "$BUILD/kvd" \
+	--host-tier-size 1M --disk-tier-size 8M --no-fio \
+	--disk-tier-path "$DIR/disk/foreign" $GEOM -q \
+	--synthetic --limit 10 -p 1 --model kvbench-foreign 2>"$DIR/foreign.err"; then
+	fail "disk tier: kvd took a file that is not a kvd tier file"
+fi
+grep -q "not a kvd tier file" "$DIR/foreign.err" ||
+	fail "disk tier: no word of the foreign file: $(cat "$DIR/foreign.err")"
+[ "$(cat "$DIR/disk/foreign")" = "not a tier file" ] ||
+	fail "disk tier: the foreign file was changed or removed"
 
 echo "PASS"

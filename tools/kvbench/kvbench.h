@@ -189,6 +189,43 @@ struct kvb_tier_base {
 	uint64_t	wall_ns;
 };
 
+/* What fio said, beside the promotion pass (fio.c). */
+enum kvb_fio_state {
+	KVB_FIO_SKIPPED,	/* --no-fio, or no pass to compare with */
+	KVB_FIO_ABSENT,		/* not installed: said, not a failure */
+	KVB_FIO_FAILED,		/* ran, or could not: why in fio_why */
+	KVB_FIO_OK,
+};
+
+/*
+ * --disk-tier-size: the promotion pass after the replay (promote.c)
+ * and fio's sequential read on the disk tier's file system (fio.c).
+ */
+struct kvb_promo {
+	bool		ran;		/* the pass ran to its end */
+	uint64_t	requests;	/* prompts looked up */
+	uint64_t	hit_blocks;	/* LOOKUP hits, all tiers */
+	uint64_t	host_blocks;	/* of them, the host tier's (CQE) */
+	uint64_t	disk_blocks;	/* of them, the disk tier's (CQE) */
+	uint64_t	disk_lookups;	/* LOOKUPs with disk hits */
+	uint64_t	promotions;	/* the disk tier's count over the pass */
+	uint64_t	wall_ns;	/* first LOOKUP to last CQE */
+	uint64_t	busy_ns;	/* union of the disk-hit LOOKUPs */
+	uint64_t	block_bytes;	/* kvd's block */
+	uint64_t	read_bytes;	/* what kvd reads per block: its run */
+	unsigned	depth;		/* reads kvd's staging holds at once */
+	struct kv_admin_tier disk;	/* the disk tier after the pass */
+	bool		have_disk;
+	/* fio */
+	enum kvb_fio_state fio;
+	char		fio_why[160];
+	char		fio_dir[KVB_PATH_MAX];
+	uint64_t	fio_bs;		/* read_bytes, as kvd reads */
+	uint64_t	fio_size;
+	double		fio_bw;		/* bytes/s at fio_bs */
+	double		fio_bw_1m;	/* bytes/s at 1 MiB */
+};
+
 struct agg {
 	struct kvb_result sum;
 	uint64_t	t_start, t_end;
@@ -216,6 +253,10 @@ struct agg {
 	/* --host-tier-size: the private kvd's tier, after the run */
 	struct kv_admin_tier tier;
 	bool		have_tier;
+	/* --disk-tier-size: its disk tier, after the run; the pass */
+	struct kv_admin_tier disk_tier;
+	bool		have_disk_tier;
+	struct kvb_promo promo;
 };
 
 /* The figures of the reports. */

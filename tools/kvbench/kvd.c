@@ -63,17 +63,27 @@ static void kvd_path(char *buf, size_t len, const char *given)
 }
 
 static void kvd_exec(const struct bench_kvd *k, const char *bin,
-		     const char *pool_size, const char *tier_size,
+		     const char *pool_size, const struct bench_tiers *t,
 		     pid_t parent)
 {
-	const char *argv[] = {
+	const char *argv[20] = {
 		bin, "--backend", "host", "--pool-size", pool_size,
 		"--socket", k->sock, "--admin-socket", k->admin,
 		"--config", "/dev/null", "--quiet",
-		tier_size ? "--host-tier-size" : NULL, tier_size, NULL,
 	};
-	int fd;
+	int n = 12, fd;
 
+	if (t && t->host_size) {
+		argv[n++] = "--host-tier-size";
+		argv[n++] = t->host_size;
+	}
+	if (t && t->disk_size) {
+		argv[n++] = "--disk-tier-size";
+		argv[n++] = t->disk_size;
+		argv[n++] = "--disk-tier-path";
+		argv[n++] = k->disk_path;
+	}
+	argv[n] = NULL;
 	/* Nothing kvbench starts outlives it. */
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
@@ -109,6 +119,8 @@ static void kvd_log_tail(const struct bench_kvd *k)
 	fclose(f);
 }
 
+static void rmdir_on_signal(const char *dir);
+
 /* The temp dir holds only kvd's files: sockets, their locks, the log. */
 static void kvd_rmdir(struct bench_kvd *k)
 {
@@ -117,6 +129,7 @@ static void kvd_rmdir(struct bench_kvd *k)
 
 	if (!k->dir[0])
 		return;
+	rmdir_on_signal(NULL);
 	d = opendir(k->dir);
 	while (d && (e = readdir(d)))
 		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
@@ -173,8 +186,57 @@ int bench_mkdtemp(char *dir, size_t len, const char *name)
 	return -1;
 }
 
+/*
+ * The disk tier's file: @t->disk_path, or "disk-tier" in the temp dir.
+ * Ours (removed) when it is not there yet; one that is there is left
+ * to kvd, which takes a kvd tier file and refuses any other.
+ */
+static int disk_setup(struct bench_kvd *k, const struct bench_tiers *t)
+{
+	struct stat st;
+	char *slash;
+	int n;
+
+	if (!t || !t->disk_size)
+		return 0;
+	if (t->disk_path)
+		n = snprintf(k->disk_path, sizeof(k->disk_path), "%s",
+			     t->disk_path);
+	else
+		n = snprintf(k->disk_path, sizeof(k->disk_path),
+			     "%s/disk-tier", k->dir);
+	if (n < 0 || (size_t)n >= sizeof(k->disk_path)) {
+		fprintf(stderr, "kvbench: --disk-tier-path: too long a path\n");
+		return -1;
+	}
+	if (lstat(k->disk_path, &st)) {
+		if (errno != ENOENT) {
+			fprintf(stderr, "kvbench: --disk-tier-path %s: %s\n",
+				k->disk_path, strerror(errno));
+			return -1;
+		}
+		k->disk_ours = true;
+	}
+	snprintf(k->disk_dir, sizeof(k->disk_dir), "%s", k->disk_path);
+	slash = strrchr(k->disk_dir, '/');
+	if (!slash)
+		snprintf(k->disk_dir, sizeof(k->disk_dir), ".");
+	else if (slash == k->disk_dir)
+		slash[1] = 0;
+	else
+		*slash = 0;
+	return 0;
+}
+
+/* Ours, once kvd has it open: only kvd's descriptor keeps it. */
+static void disk_release(struct bench_kvd *k)
+{
+	if (k->disk_ours && k->disk_path[0] && !unlink(k->disk_path))
+		k->disk_ours = false;
+}
+
 int bench_kvd_start(struct bench_kvd *k, const char *bin,
-		    const char *pool_size, const char *tier_size)
+		    const char *pool_size, const struct bench_tiers *t)
 {
 	char path[PATH_MAX];
 	pid_t parent = getpid();
@@ -186,6 +248,9 @@ int bench_kvd_start(struct bench_kvd *k, const char *bin,
 	snprintf(k->sock, sizeof(k->sock), "%s/kvd.sock", k->dir);
 	snprintf(k->admin, sizeof(k->admin), "%s/kvd-admin.sock", k->dir);
 	snprintf(k->log, sizeof(k->log), "%s/kvd.log", k->dir);
+	rmdir_on_signal(k->dir);
+	if (disk_setup(k, t))
+		goto err_rmdir;
 	kvd_path(path, sizeof(path), bin);
 	fflush(NULL);
 	k->pid = fork();
@@ -194,9 +259,11 @@ int bench_kvd_start(struct bench_kvd *k, const char *bin,
 		goto err_rmdir;
 	}
 	if (!k->pid)
-		kvd_exec(k, path, pool_size, tier_size, parent);
+		kvd_exec(k, path, pool_size, t, parent);
 	if (kvd_wait_up(k, path))
 		goto err_stop;
+	/* kvd answers only once its tiers are set up: the file is open */
+	disk_release(k);
 	return 0;
 
 err_stop:
@@ -225,7 +292,74 @@ void bench_kvd_stop(struct bench_kvd *k)
 reaped:
 		k->pid = 0;
 	}
+	/* one kvd made but never got to open (it failed at start) */
+	disk_release(k);
+	k->disk_path[0] = 0;
 	kvd_rmdir(k);
+}
+
+/* ---- what a signal that ends kvbench first leaves removed ---- */
+
+/* What a private kvd's temp dir may hold (kvd's files, fio's). */
+static const char *const dir_files[] = {
+	"kvd.sock", "kvd.sock.lock", "kvd-admin.sock", "kvd-admin.sock.lock",
+	"kvd.log", "disk-tier", "fio.json", "fio.log",
+};
+#define NR_DIR_FILES	(sizeof(dir_files) / sizeof(dir_files[0]))
+
+static char sig_path[KVB_PATH_MAX];
+static char sig_dir[64];
+static char sig_dir_file[NR_DIR_FILES][96];
+static volatile sig_atomic_t sig_path_armed, sig_dir_armed;
+static pid_t sig_owner;
+
+static void unlink_and_die(int sig)
+{
+	/* unlink, rmdir, getpid and raise are async-signal-safe; the
+	 * engine processes inherit the handler but own none of these */
+	if (getpid() == sig_owner) {
+		if (sig_path_armed)
+			unlink(sig_path);
+		for (size_t i = 0; sig_dir_armed && i < NR_DIR_FILES; i++)
+			unlink(sig_dir_file[i]);
+		if (sig_dir_armed)
+			rmdir(sig_dir);
+	}
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static void sig_arm(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+
+	sig_owner = getpid();
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
+		signal(sigs[i], unlink_and_die);
+}
+
+void bench_unlink_on_signal(const char *path)
+{
+	sig_path_armed = 0;
+	if (!path)
+		return;
+	snprintf(sig_path, sizeof(sig_path), "%s", path);
+	sig_arm();
+	sig_path_armed = 1;
+}
+
+/* The temp dir of the private kvd started last (NULL: none now). */
+static void rmdir_on_signal(const char *dir)
+{
+	sig_dir_armed = 0;
+	if (!dir)
+		return;
+	snprintf(sig_dir, sizeof(sig_dir), "%s", dir);
+	for (size_t i = 0; i < NR_DIR_FILES; i++)
+		snprintf(sig_dir_file[i], sizeof(sig_dir_file[i]), "%s/%s",
+			 dir, dir_files[i]);
+	sig_arm();
+	sig_dir_armed = 1;
 }
 
 int bench_admin_beside(const char *sock, char *buf, size_t len)

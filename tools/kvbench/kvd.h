@@ -15,6 +15,13 @@
 
 #include "opts.h"
 
+/* The tiers behind a private kvd's pool (kvd's units: 64M, 24G). */
+struct bench_tiers {
+	const char	*host_size;	/* kvd --host-tier-size; NULL: none */
+	const char	*disk_size;	/* kvd --disk-tier-size; NULL: none */
+	const char	*disk_path;	/* NULL: a file in the temp dir */
+};
+
 /* A kvd that kvbench started for itself, on sockets in a temp dir. */
 struct bench_kvd {
 	pid_t		pid;
@@ -23,17 +30,31 @@ struct bench_kvd {
 	char		sock[108];
 	char		admin[108];
 	char		log[96];
+	/* its disk tier: the file, the directory it is in (fio's too) */
+	char		disk_path[KVB_PATH_MAX];
+	char		disk_dir[KVB_PATH_MAX];
+	bool		disk_ours;	/* made for this run: removed */
 };
 
 /*
  * bench_kvd_start - start kvd (@bin, NULL: beside kvbench) with a host
- * pool of @pool_size (kvd's units: 128M, 1G) and a host tier of
- * @tier_size behind it (NULL: none; kvd --host-tier-size) on sockets in
- * a new temp dir; returns once it answers on its admin socket. The kvd
- * dies with kvbench (PR_SET_PDEATHSIG). 0, or -1 after saying why.
+ * pool of @pool_size (kvd's units: 128M, 1G) and the tiers of @t behind
+ * it (NULL: none) on sockets in a new temp dir; returns once it answers
+ * on its admin socket. The kvd dies with kvbench (PR_SET_PDEATHSIG).
+ * A disk tier file that did not exist before (the temp dir's, or a
+ * --disk-tier-path not there yet) is unlinked as soon as kvd has it
+ * open, so that it goes with kvd however kvbench ends; one that existed
+ * is kvd's to take or refuse, and never removed. 0, or -1 after saying
+ * why.
  */
 int bench_kvd_start(struct bench_kvd *k, const char *bin,
-		    const char *pool_size, const char *tier_size);
+		    const char *pool_size, const struct bench_tiers *t);
+/*
+ * bench_unlink_on_signal - remove @path (NULL: the last one given, no
+ * more) if SIGINT, SIGTERM or SIGHUP ends kvbench before it does; one
+ * path at a time (fio's file).
+ */
+void bench_unlink_on_signal(const char *path);
 /* A new directory for sockets: $TMPDIR (if short enough) or /tmp. */
 int bench_mkdtemp(char *dir, size_t len, const char *name);
 /* SIGTERM, wait (SIGKILL after 5 s), remove the temp dir. */

@@ -16,7 +16,8 @@
  * samples kvd's admin socket every --sample-ms (series.c).
  *
  * With --compare-tier the stream is replayed twice on private kvds of
- * the same pool, without and with --host-tier-size.
+ * the same pool, without any tier, then with --host-tier-size (and
+ * --disk-tier-size below it, when given).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,24 +125,28 @@ static int replay_prepare(struct kvb_opts *o, struct kvb_trace *tr)
 /*
  * --compare-tier: the same stream (same salt, so the same hashes) twice,
  * each on a private kvd of its own with the same pool: first without
- * the host tier, then with it, whose report (and --json) sets the two
- * side by side (report_replay.c). The second runs only if the first
- * ran to its report.
+ * any tier, then with the host tier (and the disk tier, if given),
+ * whose report (and --json) sets the two side by side
+ * (report_replay.c). The second runs only if the first ran to its
+ * report.
  */
 static int replay_compare_tier(struct kvb_opts *o)
 {
 	struct kvb_tier_base base = { 0 };
-	const char *tier = o->host_tier, *json = o->json_path;
+	const char *tier = o->host_tier, *disk = o->disk_tier;
+	const char *json = o->json_path;
 	int ret, ret2;
 
 	o->tier_base = &base;
 	o->host_tier = NULL;
+	o->disk_tier = NULL;
 	o->json_path = NULL;	/* the second run's report has both */
 	ret = kvb_fleet_run(o);
 	o->host_tier = tier;
+	o->disk_tier = disk;
 	o->json_path = json;
 	if (!base.have) {
-		fprintf(stderr, "kvbench: --compare-tier: the run without the tier did not finish; the run with it is not started\n");
+		fprintf(stderr, "kvbench: --compare-tier: the run without the tiers did not finish; the run with them is not started\n");
 		o->tier_base = NULL;
 		return ret ? ret : 1;
 	}

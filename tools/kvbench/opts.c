@@ -45,6 +45,9 @@ enum {
 	OPT_ADMIN_SOCKET,
 	OPT_PRIVATE_KVD,
 	OPT_HOST_TIER_SIZE,
+	OPT_DISK_TIER_SIZE,
+	OPT_DISK_TIER_PATH,
+	OPT_NO_FIO,
 	OPT_COMPARE_TIER,
 	OPT_NO_VERIFY,
 	OPT_PERF_STAT,
@@ -103,6 +106,9 @@ static const struct kvb_optdef {
 	{ "admin-socket", required_argument, OPT_ADMIN_SOCKET, KVB_OG_ADMIN },
 	{ "private-kvd",  optional_argument, OPT_PRIVATE_KVD, OG_ENGINES },
 	{ "host-tier-size", required_argument, OPT_HOST_TIER_SIZE, KVB_OG_REPLAY },
+	{ "disk-tier-size", required_argument, OPT_DISK_TIER_SIZE, KVB_OG_REPLAY },
+	{ "disk-tier-path", required_argument, OPT_DISK_TIER_PATH, KVB_OG_REPLAY },
+	{ "no-fio",	  no_argument,	     OPT_NO_FIO, KVB_OG_REPLAY },
 	{ "compare-tier", no_argument,	     OPT_COMPARE_TIER, KVB_OG_REPLAY },
 	{ "no-verify",	  no_argument,	     OPT_NO_VERIFY, KVB_OG_FLEET },
 	{ "perf-stat",	  no_argument,	     OPT_PERF_STAT, KVB_OG_FLEET },
@@ -168,6 +174,19 @@ static int parse_uint(const char *name, const char *s, unsigned min,
 	if (parse_num(name, s, 10, min, max, &v))
 		return -1;
 	*out = (unsigned)v;
+	return 0;
+}
+
+/* A tier's size: kvd parses it (kvd.conf(5) sizes), and says so if
+ * wrong; here only that it starts as a size does. */
+static int parse_size(const char *name, const char *arg, const char **out)
+{
+	if (!isdigit((unsigned char)*arg)) {
+		fprintf(stderr, "kvbench: %s: '%s' is not a size (bytes, with K, M, G or T)\n",
+			name, arg);
+		return -1;
+	}
+	*out = arg;
 	return 0;
 }
 
@@ -453,13 +472,19 @@ static int parse_one(struct kvb_opts *o, int opt, const char *arg)
 		o->kvd_bin = arg;
 		return 0;
 	case OPT_HOST_TIER_SIZE:
-		/* kvd parses it (kvd.conf(5) sizes), and says so if wrong */
-		if (!isdigit((unsigned char)*arg)) {
-			fprintf(stderr, "kvbench: --host-tier-size: '%s' is not a size (bytes, with K, M, G or T)\n",
-				arg);
+		return parse_size("--host-tier-size", arg, &o->host_tier);
+	case OPT_DISK_TIER_SIZE:
+		return parse_size("--disk-tier-size", arg, &o->disk_tier);
+	case OPT_DISK_TIER_PATH:
+		if (!*arg || strlen(arg) >= KVB_PATH_MAX) {
+			fprintf(stderr, "kvbench: --disk-tier-path: '%s' must be 1..%d bytes\n",
+				arg, KVB_PATH_MAX - 1);
 			return -1;
 		}
-		o->host_tier = arg;
+		o->disk_tier_path = arg;
+		return 0;
+	case OPT_NO_FIO:
+		o->no_fio = true;
 		return 0;
 	case OPT_COMPARE_TIER:
 		o->compare_tier = true;
@@ -487,8 +512,30 @@ static int check_replay(const struct kvb_opts *o)
 		fprintf(stderr, "kvbench: --host-tier-size sizes the tier of the kvd --private-kvd starts; give --private-kvd (a kvd of --socket keeps its own: kvd --host-tier-size)\n");
 		return -1;
 	}
+	if (o->disk_tier && !o->private_pool) {
+		fprintf(stderr, "kvbench: --disk-tier-size sizes the disk tier of the kvd --private-kvd starts; give --private-kvd (a kvd of --socket keeps its own: kvd --disk-tier-size)\n");
+		return -1;
+	}
+	/* kvd refuses it too; said here before a kvd is started */
+	if (o->disk_tier && !o->host_tier) {
+		fprintf(stderr, "kvbench: --disk-tier-size needs a host tier above it: give --host-tier-size too\n");
+		return -1;
+	}
+	if (o->disk_tier_path && !o->disk_tier) {
+		fprintf(stderr, "kvbench: --disk-tier-path goes with --disk-tier-size\n");
+		return -1;
+	}
+	if (o->no_fio && !o->disk_tier) {
+		fprintf(stderr, "kvbench: --no-fio goes with --disk-tier-size (fio runs beside the disk tier's promotion pass)\n");
+		return -1;
+	}
+	if (o->disk_tier && o->models > 1) {
+		fprintf(stderr, "kvbench: --disk-tier-size measures one model's promotions; not with --models %u\n",
+			o->models);
+		return -1;
+	}
 	if (o->compare_tier && !o->host_tier) {
-		fprintf(stderr, "kvbench: --compare-tier replays without the host tier, then with it: give --private-kvd and --host-tier-size\n");
+		fprintf(stderr, "kvbench: --compare-tier replays without the tiers, then with them: give --private-kvd and --host-tier-size (and --disk-tier-size for a disk tier)\n");
 		return -1;
 	}
 	return 0;

@@ -31,6 +31,7 @@
 #define KVB_DEFAULT_RUNS	5U
 #define KVB_MAX_RUNS		99U
 #define KVB_PRIVATE_POOL	"256M"	/* --private-kvd without a size */
+#define KVB_PATH_MAX		4096	/* --disk-tier-path, with room to spare */
 #define KVB_MAX_POLICIES	8	/* --policy: runs of one invocation */
 #define KVB_MAX_SEQS		64	/* --seqs: per engine process */
 #define KVB_LG_MAX_CONTEXT	4096U	/* --policy defaults */
@@ -139,7 +140,10 @@ struct kvb_opts {
 	const char	*private_pool;	/* --private-kvd: its pool size */
 	const char	*kvd_bin;	/* --kvd */
 	const char	*host_tier;	/* --host-tier-size: of that kvd */
-	bool		compare_tier;	/* --compare-tier: without it, then with */
+	const char	*disk_tier;	/* --disk-tier-size: of that kvd */
+	const char	*disk_tier_path;	/* --disk-tier-path, or NULL */
+	bool		no_fio;		/* --no-fio: no fio beside the pass */
+	bool		compare_tier;	/* --compare-tier: without, then with */
 	struct kvb_tier_base *tier_base;	/* --compare-tier's first run */
 	/* benchmarks */
 	unsigned	runs;		/* --runs (workload) */

@@ -323,6 +323,10 @@ void kvb_report(FILE *f, bool json, const struct kvb_opts *o,
 		kvb_emit_bound(&e, a);
 		if (a->have_tier)
 			kvb_emit_host_tier(&e, a);
+		if (a->have_disk_tier)
+			kvb_emit_disk_tier(&e, a);
+		if (a->have_disk_tier && o->disk_tier)
+			kvb_emit_promotion(&e, o, a);
 		if (o->tier_base && o->tier_base->have && o->host_tier)
 			kvb_emit_tier_compare(&e, o, a);
 		if (o->sample_ms) {

@@ -2,8 +2,9 @@
 /*
  * The replay's sections of the report: its configuration, the trace, the
  * hit ratio against the infinite-cache bound (split into the pool's and
- * the host tier's hits), the host tier, memory, the allocators compared
- * over the same schedule, and one row per process.
+ * the tiers' hits), the host and disk tiers, the promotion pass against
+ * fio, memory, the allocators compared over the same schedule, and one
+ * row per process.
  */
 #include <stddef.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@ static const struct kv_emit_col replay_cols[] = {
 	{ "hit_ratio_blocks",	"hit ratio (blocks)", 18 },
 	{ "hit_ratio_pool_blocks", "pool",	6 },
 	{ "hit_ratio_host_blocks", "host tier",	9 },
+	{ "hit_ratio_disk_blocks", "disk tier",	9 },
 	{ "open_p50_us",	"open p50us",	10 },
 	{ "open_p99_us",	"open p99us",	10 },
 	{ "append_p50_us",	"app p50us",	9 },
@@ -85,6 +87,8 @@ void kvb_emit_replay_procs(struct kv_emit *e, const struct kvb_opts *o,
 					  r->prompt_blocks));
 		kv_emit_cell_f64(e, ratio(r->host_hit_blocks,
 					  r->prompt_blocks));
+		kv_emit_cell_f64(e, ratio(r->disk_hit_blocks,
+					  r->prompt_blocks));
 		kv_emit_cell_f64(e, pct_us(v[KVB_OP_OPEN],
 					   r->op[KVB_OP_OPEN].nr, 50));
 		kv_emit_cell_f64(e, pct_us(v[KVB_OP_OPEN],
@@ -122,6 +126,13 @@ void kvb_emit_replay_config(struct kv_emit *e, const struct kvb_opts *o,
 	kv_emit_str(e, "host_tier_size", "host tier (private kvd)",
 		    !o->private_pool ? "kvd's own (see kvctl tiers)" :
 		    o->host_tier ? o->host_tier : "none");
+	if (o->private_pool)
+		kv_emit_str(e, "disk_tier_size", "disk tier (private kvd)",
+			    o->disk_tier ? o->disk_tier : "none");
+	if (o->disk_tier)
+		kv_emit_str(e, "disk_tier_path", "disk tier file",
+			    o->disk_tier_path ? o->disk_tier_path :
+			    "in kvbench's temp dir (removed)");
 	kv_emit_u64(e, "decode_chunk", "decode chunk (tokens)",
 		    o->decode_chunk);
 	kv_emit_f64(e, "timestamps", "timestamp scale (0 off)",
@@ -277,21 +288,138 @@ void kvb_emit_bound(struct kv_emit *e, const struct agg *a)
 	kv_emit_obj_end(e);
 }
 
-/* --host-tier-size: the private kvd's tier over the run (kvctl tiers). */
-void kvb_emit_host_tier(struct kv_emit *e, const struct agg *a)
+/* A tier's record of kvctl tiers, as kvd counted it over the run. */
+static void emit_tier(struct kv_emit *e, const struct kv_admin_tier *t,
+		      bool disk)
 {
-	const struct kv_admin_tier *t = &a->tier;
-
-	kv_emit_obj_begin(e, "host_tier", "host tier (kvd)");
 	kvb_emit_bytes(e, "cap_bytes", "size", t->cap_bytes);
 	kvb_emit_bytes(e, "used_bytes", "used at the end", t->used_bytes);
 	kv_emit_u64(e, "blocks", "blocks held at the end", t->blocks);
-	kv_emit_u64(e, "demotions", "taken in (pool evicted)", t->demotions);
-	kv_emit_u64(e, "promotions", "brought back (hits)", t->promotions);
+	kv_emit_u64(e, "demotions", disk ? "taken in (host tier spilled)" :
+		    "taken in (pool evicted)", t->demotions);
+	kv_emit_u64(e, "promotions", disk ? "read back (into the host tier)" :
+		    "brought back (hits)", t->promotions);
 	kv_emit_u64(e, "lookups", "lookups that asked it", t->lookups);
-	kv_emit_u64(e, "drops", "dropped for room", t->drops);
+	kv_emit_u64(e, "drops", disk ? "dropped for room or staging" :
+		    "dropped for room", t->drops);
 	kv_emit_u64(e, "corrupt", "dropped: bad checksum", t->corrupt);
 	kv_emit_u64(e, "replaced", "taken in again", t->replaced);
+	if (!disk)
+		return;
+	kv_emit_u64(e, "errors", "I/O errors", t->errors);
+	kvb_emit_fixed(e, "read_p50_us", "read p50 (issue to completion)",
+		       t->read_p50_us, 0, "us");
+	kvb_emit_fixed(e, "read_p99_us", "read p99", t->read_p99_us, 0, "us");
+	kvb_emit_fixed(e, "write_p50_us", "write p50", t->write_p50_us, 0,
+		       "us");
+	kvb_emit_fixed(e, "write_p99_us", "write p99", t->write_p99_us, 0,
+		       "us");
+}
+
+/* --host-tier-size: the private kvd's tier over the run (kvctl tiers). */
+void kvb_emit_host_tier(struct kv_emit *e, const struct agg *a)
+{
+	kv_emit_obj_begin(e, "host_tier", "host tier (kvd)");
+	emit_tier(e, &a->tier, false);
+	kv_emit_obj_end(e);
+}
+
+/* --disk-tier-size: the private kvd's disk tier over the run. */
+void kvb_emit_disk_tier(struct kv_emit *e, const struct agg *a)
+{
+	const struct kvb_result *s = &a->sum;
+
+	kv_emit_obj_begin(e, "disk_tier", "disk tier (kvd)");
+	emit_tier(e, &a->disk_tier, true);
+	/* of the hits, the disk's: what the pool and host tier lacked */
+	kvb_emit_frac(e, "share_of_hits", "its share of the hits",
+		      ratio(s->disk_hit_blocks, s->hit_blocks));
+	kv_emit_obj_end(e);
+}
+
+static const char *fio_state(enum kvb_fio_state f)
+{
+	return f == KVB_FIO_OK ? "ok" : f == KVB_FIO_ABSENT ? "not installed" :
+	       f == KVB_FIO_FAILED ? "failed" : "skipped";
+}
+
+static void emit_fio(struct kv_emit *e, const struct kvb_promo *p,
+		     double io_bw, double bw)
+{
+	kv_emit_str(e, "fio", "fio", fio_state(p->fio));
+	kv_emit_str(e, "fio_dir", "fio: directory (disk tier's)", p->fio_dir);
+	if (p->fio != KVB_FIO_OK) {
+		kv_emit_str(e, "fio_note", "fio: why", p->fio_why);
+		return;
+	}
+	kvb_emit_bytes(e, "fio_bs", "fio: block size (kvd's read)", p->fio_bs);
+	kv_emit_u64(e, "fio_iodepth", "fio: iodepth", p->depth);
+	kvb_emit_bytes(e, "fio_size", "fio: bytes read (each bs)",
+		       p->fio_size);
+	kvb_emit_fixed(e, "fio_seq_read_MBps", "fio seq read at kvd's bs",
+		       p->fio_bw / 1e6, 1, "MB/s");
+	kvb_emit_fixed(e, "fio_seq_read_1M_MBps", "fio seq read at 1 MiB",
+		       p->fio_bw_1m / 1e6, 1, "MB/s");
+	kvb_emit_fixed(e, "promotion_vs_fio", "promotion / fio (block bytes)",
+		       p->fio_bw > 0 ? bw / p->fio_bw : 0, 4, NULL);
+	kvb_emit_fixed(e, "promotion_io_vs_fio", "promotion / fio (bytes read)",
+		       p->fio_bw > 0 ? io_bw / p->fio_bw : 0, 4, NULL);
+	kvb_emit_fixed(e, "promotion_io_vs_fio_1M", "promotion / fio at 1 MiB",
+		       p->fio_bw_1m > 0 ? io_bw / p->fio_bw_1m : 0, 4, NULL);
+}
+
+/*
+ * --disk-tier-size: the promotion pass (promote.c): its bandwidth in
+ * block bytes and in bytes read (whole 4 KiB runs), over the time the
+ * LOOKUPs that read the disk took together and over the pass, against
+ * fio's sequential read in the same run (fio.c). MB: 10^6 bytes.
+ */
+void kvb_emit_promotion(struct kv_emit *e, const struct kvb_opts *o,
+			const struct agg *a)
+{
+	const struct kvb_promo *p = &a->promo;
+	double bytes = (double)p->promotions * (double)p->block_bytes;
+	double io = (double)p->promotions * (double)p->read_bytes;
+	double busy = (double)p->busy_ns / 1e9, wall = (double)p->wall_ns / 1e9;
+	double bw = busy > 0 ? bytes / busy : 0, io_bw = busy > 0 ? io / busy : 0;
+
+	kv_emit_obj_begin(e, "promotion",
+			  "promotion pass (disk tier -> host tier -> pool)");
+	kv_emit_str(e, "result", "result", p->ran ? "ok" : "FAILED");
+	kv_emit_str(e, "method", "method",
+		    "after the replay, --procs processes LOOKUP every prompt once more, all at once; bytes = the disk tier's promotions x block bytes, time = union of the LOOKUPs with disk hits");
+	kv_emit_u64(e, "processes", "processes", o->procs);
+	kv_emit_u64(e, "requests", "prompts looked up", p->requests);
+	kv_emit_u64(e, "hit_blocks", "hit blocks", p->hit_blocks);
+	kv_emit_u64(e, "host_hit_blocks", "of them, host tier (CQE)",
+		    p->host_blocks);
+	kv_emit_u64(e, "disk_hit_blocks", "of them, disk tier (CQE)",
+		    p->disk_blocks);
+	kv_emit_u64(e, "disk_lookups", "LOOKUPs that read the disk",
+		    p->disk_lookups);
+	kv_emit_u64(e, "disk_promotions", "disk tier promotions",
+		    p->promotions);
+	kvb_emit_bytes(e, "block_bytes", "block bytes", p->block_bytes);
+	kvb_emit_bytes(e, "read_bytes_per_block", "bytes kvd reads per block",
+		       p->read_bytes);
+	kv_emit_u64(e, "kvd_read_depth", "reads kvd holds at once (staging)",
+		    p->depth);
+	kvb_emit_fixed(e, "wall_s", "pass wall time", wall, 3, "s");
+	kvb_emit_fixed(e, "disk_busy_s", "time of the disk-hit LOOKUPs", busy,
+		       3, "s");
+	kvb_emit_fixed(e, "promotion_bw_MBps", "promotion bandwidth",
+		       bw / 1e6, 1, "MB/s");
+	kvb_emit_fixed(e, "promotion_io_MBps", "promotion bandwidth (bytes read)",
+		       io_bw / 1e6, 1, "MB/s");
+	kvb_emit_fixed(e, "promotion_bw_wall_MBps", "promotion bandwidth over the pass",
+		       wall > 0 ? bytes / wall / 1e6 : 0, 1, "MB/s");
+	if (p->have_disk) {
+		kvb_emit_fixed(e, "read_p50_us", "disk read p50 (since start)",
+			       p->disk.read_p50_us, 0, "us");
+		kvb_emit_fixed(e, "read_p99_us", "disk read p99 (since start)",
+			       p->disk.read_p99_us, 0, "us");
+	}
+	emit_fio(e, p, io_bw, bw);
 	kv_emit_obj_end(e);
 }
 
@@ -308,11 +436,14 @@ void kvb_emit_tier_compare(struct kv_emit *e, const struct kvb_opts *o,
 	double base = ratio(p->sum.hit_blocks, p->sum.prompt_blocks);
 	double tier = ratio(s->hit_blocks, s->prompt_blocks);
 
-	kv_emit_obj_begin(e, "tier_compare",
+	kv_emit_obj_begin(e, "tier_compare", o->disk_tier ?
+			  "pool only vs pool + host + disk tiers (same pool, blocks)" :
 			  "pool only vs pool + host tier (same pool, blocks)");
 	kv_emit_str(e, "pool_size", "pool (both runs)", o->private_pool);
 	kv_emit_str(e, "host_tier_size", "host tier (second run)",
 		    o->host_tier);
+	kv_emit_str(e, "disk_tier_size", "disk tier (second run)",
+		    o->disk_tier ? o->disk_tier : "none");
 	kv_emit_str(e, "pool_only_result", "pool only: result",
 		    p->ok ? "ok" : "FAILED");
 	kv_emit_u64(e, "pool_only_requests", "pool only: requests",
@@ -324,8 +455,10 @@ void kvb_emit_tier_compare(struct kv_emit *e, const struct kvb_opts *o,
 	kvb_emit_frac(e, "pool_only_hit_ratio", "pool only: hit ratio", base);
 	kvb_emit_frac(e, "tier_hit_ratio_pool", "with tier: from pool",
 		      ratio(s->pool_hit_blocks, s->prompt_blocks));
-	kvb_emit_frac(e, "tier_hit_ratio_host", "with tier: from tier",
+	kvb_emit_frac(e, "tier_hit_ratio_host", "with tier: from host tier",
 		      ratio(s->host_hit_blocks, s->prompt_blocks));
+	kvb_emit_frac(e, "tier_hit_ratio_disk", "with tier: from disk tier",
+		      ratio(s->disk_hit_blocks, s->prompt_blocks));
 	kvb_emit_frac(e, "tier_hit_ratio", "with tier: total", tier);
 	kvb_emit_frac(e, "bound", "bound (infinite cache)", bound);
 	kvb_emit_fixed(e, "pool_only_bound_gap", "bound - pool only",

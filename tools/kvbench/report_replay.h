@@ -31,6 +31,13 @@ void kvb_emit_bound(struct kv_emit *e, const struct agg *a);
 /* --host-tier-size: the private kvd's tier over the run (a->tier). */
 void kvb_emit_host_tier(struct kv_emit *e, const struct agg *a);
 
+/* --disk-tier-size: the private kvd's disk tier over the run. */
+void kvb_emit_disk_tier(struct kv_emit *e, const struct agg *a);
+
+/* --disk-tier-size: the promotion pass and fio beside it (a->promo). */
+void kvb_emit_promotion(struct kv_emit *e, const struct kvb_opts *o,
+			const struct agg *a);
+
 /* --compare-tier: the pool-only run (o->tier_base) beside this one. */
 void kvb_emit_tier_compare(struct kv_emit *e, const struct kvb_opts *o,
 			   const struct agg *a);

@@ -15,6 +15,7 @@
 #include "bound.h"
 #include "fleet.h"
 #include "kvd.h"
+#include "promote.h"
 #include "report.h"
 #include "run.h"
 #include "series.h"
@@ -112,41 +113,48 @@ static int final_stats(const struct kvb_opts *o, struct agg *a)
 }
 
 /*
- * --host-tier-size: the private kvd's host tier (its record "host" of
- * KV_ADMIN_TIERS), which started with it, so that its counts are this
- * run's.
+ * --host-tier-size, --disk-tier-size: the private kvd's tiers (records
+ * "host" and "disk" of KV_ADMIN_TIERS), which started with it, so that
+ * their counts are this run's.
  */
 static void tier_stats(const struct kvb_opts *o, struct agg *a)
 {
-	struct kv_admin_status *st = malloc(KV_ADMIN_REPLY_MAX);
-	const struct kv_admin_tier *t;
-	ssize_t n;
+	if (!o->host_tier ||
+	    kvb_tiers_read(o->admin_path, &a->tier, &a->have_tier,
+			   &a->disk_tier, &a->have_disk_tier))
+		return;
+	if (!a->have_tier)
+		fprintf(stderr, "kvbench: kvd reports no host tier (--host-tier-size %s)\n",
+			o->host_tier);
+	if (o->disk_tier && !a->have_disk_tier)
+		fprintf(stderr, "kvbench: kvd reports no disk tier (--disk-tier-size %s)\n",
+			o->disk_tier);
+}
 
-	if (!o->host_tier || !st)
-		goto out;
-	n = kv_admin_call(o->admin_path, KV_ADMIN_TIERS, 0, 0, st);
-	if (n < 0) {
-		fprintf(stderr, "kvbench: the host tier's counts, admin socket %s: %s\n",
-			o->admin_path, strerror((int)-n));
-		goto out;
-	}
-	t = (const struct kv_admin_tier *)(st + 1);
-	if ((size_t)n >= sizeof(*st) && st->magic == KV_MAGIC &&
-	    st->type == KV_MSG_ADMIN_REPLY && !st->status &&
-	    st->nr_records <= KV_ADMIN_MAX_RECORDS &&
-	    sizeof(*st) + st->nr_records * sizeof(*t) <= (size_t)n) {
-		for (uint32_t i = 0; i < st->nr_records; i++) {
-			if (strncmp(t[i].name, "host", sizeof(t[i].name)))
-				continue;
-			a->tier = t[i];
-			a->have_tier = true;
-			goto out;
-		}
-	}
-	fprintf(stderr, "kvbench: kvd reports no host tier (--host-tier-size %s)\n",
-		o->host_tier);
-out:
-	free(st);
+/*
+ * --disk-tier-size: after a replay that ran, the promotion pass on the
+ * same kvd, then fio beside it (unless --no-fio); neither fails the run.
+ */
+static void disk_bandwidth(const struct kvb_opts *o, struct agg *a,
+			   const struct bench_kvd *pk, bool ok)
+{
+	struct kvb_promo *p = &a->promo;
+
+	snprintf(p->fio_dir, sizeof(p->fio_dir), "%s", pk->disk_dir);
+	p->fio = KVB_FIO_SKIPPED;
+	snprintf(p->fio_why, sizeof(p->fio_why), "%s",
+		 o->no_fio ? "--no-fio" : "no promotion pass to compare with");
+	if (!o->disk_tier || !a->have_disk_tier || !ok)
+		return;
+	if (!o->quiet)
+		fprintf(stderr, "kvbench: promotion pass: %u processes look up the stream's %zu prompts again\n",
+			o->procs, o->tr->nr);
+	if (kvb_promotion_pass(o, a) || o->no_fio)
+		return;
+	if (!o->quiet)
+		fprintf(stderr, "kvbench: fio: sequential read in %s\n",
+			p->fio_dir);
+	kvb_fio_seqread(p, pk->dir);
 }
 
 /* --compare-tier: keep the pool-only run's figures for the next run. */
@@ -191,7 +199,7 @@ static FILE *json_open(const char *path, bool *created)
 
 /* Aggregate, report, and decide the exit status; closes @json. */
 static int finish(const struct kvb_opts *o, struct agg *a, struct child *ch,
-		  FILE *json, bool ok)
+		  const struct bench_kvd *pk, FILE *json, bool ok)
 {
 	if (kvb_aggregate(a, ch, o->procs, o->models)) {
 		fprintf(stderr, "kvbench: out of memory for the samples\n");
@@ -206,6 +214,8 @@ static int finish(const struct kvb_opts *o, struct agg *a, struct child *ch,
 		kvb_replay_as_run(o, a, ch);
 	ok = ok && !a->sum.bad_blocks;
 	tier_base_save(o, a, ok);
+	if (o->mode == KVB_MODE_REPLAY)
+		disk_bandwidth(o, a, pk, ok);
 	if (!o->quiet)
 		kvb_report(stdout, false, o, a, ch, ok);
 	if (json && kvb_write_json(o, json, a, ch, ok))
@@ -221,13 +231,17 @@ int kvb_fleet_run(struct kvb_opts *o)
 	struct child *ch = NULL;
 	struct agg a = { 0 };
 	struct bench_kvd pk = { 0 };
+	struct bench_tiers tiers = {
+		.host_size = o->host_tier, .disk_size = o->disk_tier,
+		.disk_path = o->disk_tier_path,
+	};
 	bool json_created = false;
 	FILE *json = NULL;
 	int ret;
 
 	if (o->private_pool) {
 		ret = bench_kvd_start(&pk, o->kvd_bin, o->private_pool,
-				      o->host_tier) ? 1 : 0;
+				      &tiers) ? 1 : 0;
 		if (ret)
 			return ret;
 		o->socket = pk.sock;
@@ -274,7 +288,7 @@ int kvb_fleet_run(struct kvb_opts *o)
 	if (json && ftruncate(fileno(json), 0) && errno != EINVAL)
 		fprintf(stderr, "kvbench: --json %s: %s\n", o->json_path,
 			strerror(errno));
-	ret = finish(o, &a, ch, json, !ret);
+	ret = finish(o, &a, ch, &pk, json, !ret);
 	json = NULL;
 out:
 	if (json)
