@@ -368,6 +368,16 @@ static int fill_tree(struct kvd *d, const struct kv_admin_req *req,
  * block of client hash pin.hash in namespace arg[0] (kvd/retain.c).
  * -ENOENT: no such namespace; -ENXIO: the hash is not in its pool.
  */
+static bool is_zero(const void *p, size_t n)
+{
+	const uint8_t *b = p;
+
+	while (n--)
+		if (*b++)
+			return false;
+	return true;
+}
+
 /* What is left of the pin of the block of @key: it may be longer than
  * the request's (pins never shorten). */
 static uint64_t pin_left_ms(const struct kvd_ns *ns, const struct kv_hash *key)
@@ -391,8 +401,15 @@ static int pin_fill(struct kvd *d, const struct kv_admin_req *req,
 		return -ENOENT;
 	if (pin ? !ttl_ms || ttl_ms > KV_PIN_MAX_MS : ttl_ms)
 		return -EINVAL;
-	key = kvd_ns_key(ns, &p->hash);
 	memset(r, 0, sizeof(*r));
+	if (!pin && is_zero(&p->hash, sizeof(p->hash))) {	/* all */
+		r->ns_id = ns->handle;
+		r->changed = r->blocks = kvd_ns_pins_expire(ns, UINT64_MAX);
+		kvd_info("admin: namespace %u (%s): every pin dropped (%u blocks)",
+			 ns->handle, ns->model_id, r->changed);
+		return 1;
+	}
+	key = kvd_ns_key(ns, &p->hash);
 	ret = kvd_ns_pin_prefix(ns, &key, ttl_ms, kvd_now_ns(), &r->changed);
 	if (ret < 0)
 		return ret;

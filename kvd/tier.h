@@ -50,6 +50,7 @@ struct kvd_tier_entry {
 	uint32_t	lru_prev, lru_next;	/* KVD_NIL ends; head coldest */
 	uint32_t	unit, units;	/* disk: its run of 4 KiB units */
 	uint32_t	sunit;		/* disk: its staging run, during I/O */
+	uint32_t	rd_next;	/* disk: the next entry of its read */
 	uint64_t	io_ns;		/* disk: when its I/O was issued */
 	uint8_t		state;		/* enum kvd_tier_state */
 	bool		from_disk;	/* host: read back from the disk tier */

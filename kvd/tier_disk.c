@@ -14,7 +14,8 @@
  * A lookup that needs a block only this tier has reads it back into the
  * host tier (kvd_tier_fetch), checking header and checksum; the request
  * waits parked meanwhile, and one read serves every request that needs
- * the block. A failed write or read drops the block, with its reason in
+ * the block. The blocks of one lookup that lie side by side on disk (a
+ * prompt written back in one burst) are read with one I/O. A failed write or read drops the block, with its reason in
  * the log; a full disk drops the coldest entries; nothing is ever
  * served that was not read back whole and checked.
  */
@@ -233,32 +234,87 @@ busy:
 	return false;
 }
 
-/* Start reading disk entry @s into staging: false when out of room. */
-static bool start_read(struct kvd *d, struct kvd_tier *t, uint32_t s)
+/* Most units one read takes: 1 MiB, as a device's largest request. */
+#define READ_RUN_UNITS	256
+
+/*
+ * Start reading disk entries @s[0..@n), READY and on one contiguous run
+ * of units in that order, with one I/O into one staging run (the first
+ * entry's user_data; rd_next links the rest): false when out of room.
+ */
+static bool start_read_run(struct kvd *d, struct kvd_tier *t,
+			   const uint32_t *s, uint32_t n)
 {
 	struct kvd_disk *k = t->disk;
-	struct kvd_tier_entry *e = &t->e[s];
 	struct io_uring_sqe *sqe;
-	uint32_t su;
+	uint32_t su, units = 0;
+	uint64_t now = kvd_now_ns();
 
-	su = stage_alloc(d, e->units);
+	for (uint32_t i = 0; i < n; i++)
+		units += t->e[s[i]].units;
+	su = stage_alloc(d, units);
 	if (su == KVD_NIL)
 		return false;
 	sqe = get_sqe(k);
 	if (!sqe) {
-		set_run(k->stage_used, su, e->units, false);
+		set_run(k->stage_used, su, units, false);
 		return false;
 	}
-	__kvd_tier_lru_del(t, s);	/* off the LRU while it is read */
-	e->state = KVD_TE_READING;
-	e->sunit = su;
-	e->io_ns = kvd_now_ns();
+	for (uint32_t i = 0, u = su; i < n; i++) {
+		struct kvd_tier_entry *e = &t->e[s[i]];
+
+		__kvd_tier_lru_del(t, s[i]);	/* off the LRU while read */
+		e->state = KVD_TE_READING;
+		e->sunit = u;
+		e->io_ns = now;
+		e->rd_next = i + 1 < n ? s[i + 1] : KVD_NIL;
+		u += e->units;
+	}
 	io_uring_prep_read_fixed(sqe, 0, k->stage + (uint64_t)su * UNIT,
-				 e->units * UNIT, (uint64_t)e->unit * UNIT, 0);
+				 units * UNIT, (uint64_t)t->e[s[0]].unit * UNIT, 0);
 	sqe->flags |= IOSQE_FIXED_FILE | IOSQE_ASYNC;
-	io_uring_sqe_set_data64(sqe, UD_READ | s);
+	io_uring_sqe_set_data64(sqe, UD_READ | s[0]);
 	k->inflight++;
 	return true;
+}
+
+/* Slots by their first unit on disk (qsort_r, @arg the tier). */
+static int by_unit(const void *a, const void *b, void *arg)
+{
+	const struct kvd_tier *t = arg;
+	uint32_t x = t->e[*(const uint32_t *)a].unit;
+	uint32_t y = t->e[*(const uint32_t *)b].unit;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Read @nr READY entries @s, sorted by unit: those that lie side by side
+ * on disk in one I/O each run (a prompt's blocks, written back together,
+ * mostly do), so that a lookup of many blocks reads as the disk reads
+ * best. Returns how many entries are being read.
+ */
+static uint32_t start_reads(struct kvd *d, struct kvd_tier *t, uint32_t *s,
+			    uint32_t nr)
+{
+	uint32_t started = 0;
+
+	qsort_r(s, nr, sizeof(*s), by_unit, t);
+	for (uint32_t i = 0, j; i < nr; i = j) {
+		uint32_t units = t->e[s[i]].units;
+
+		for (j = i + 1; j < nr; j++) {
+			const struct kvd_tier_entry *p = &t->e[s[j - 1]];
+
+			if (p->unit + p->units != t->e[s[j]].unit ||
+			    units + t->e[s[j]].units > READ_RUN_UNITS)
+				break;
+			units += t->e[s[j]].units;
+		}
+		if (start_read_run(d, t, s + i, j - i))
+			started += j - i;
+	}
+	return started;
 }
 
 int kvd_tier_fetch(struct kvd *d, struct kvd_client *c,
@@ -266,9 +322,13 @@ int kvd_tier_fetch(struct kvd *d, struct kvd_client *c,
 {
 	struct kvd_tier *t = &d->disk_tier, *h = &d->host_tier;
 	uint64_t sig, budget = h->cap_bytes / 2;
-	uint32_t i, waits = 0;
+	uint32_t i, waits = 0, nr_read = 0, *rd = NULL;
 
-	if (!t->disk || !t->e || !nr)
+	if (!t->disk || !t->e || !nr || !t->nr_entries)
+		return 0;
+	/* the hot path, a pool hit: its last block in the pool, all of it
+	 * is (eviction goes leaf first), and one probe says so */
+	if (kvd_ns_peek(c->ns, hashes + nr - 1, 1))
 		return 0;
 	sig = kvd_tier_sig(c->ns);
 	i = kvd_ns_peek(c->ns, hashes, nr);
@@ -289,13 +349,24 @@ int kvd_tier_fetch(struct kvd *d, struct kvd_client *c,
 		if (s == KVD_NIL)
 			break;			/* no tier has it */
 		if (t->e[s].state == KVD_TE_READY) {
-			if (t->e[s].bytes > budget || !start_read(d, t, s))
+			if (t->e[s].bytes > budget)
 				break;		/* that far, this time */
+			if (!rd && !(rd = malloc((size_t)(nr - i) *
+						 sizeof(*rd))))
+				break;
 			budget -= t->e[s].bytes;
-			t->lookups++;
+			rd[nr_read++] = s;
+			continue;
 		}
-		waits++;			/* read, or being written */
+		waits++;			/* being read, or written */
 	}
+	if (nr_read) {
+		uint32_t n = start_reads(d, t, rd, nr_read);
+
+		t->lookups += n;
+		waits += n;
+	}
+	free(rd);
 	if (!waits)
 		return 0;
 	io_uring_submit(t->disk->ring);
@@ -365,6 +436,27 @@ static void read_done(struct kvd *d, struct kvd_tier *t, uint32_t s, int res)
 }
 
 /*
+ * The read of entries @s, rd_next, ... (start_read_run) is done with
+ * @res bytes: each entry gets its share, whole or short.
+ */
+static void read_run_done(struct kvd *d, struct kvd_tier *t, uint32_t s,
+			  int res)
+{
+	int64_t off = 0;
+
+	while (s != KVD_NIL) {
+		uint32_t next = t->e[s].rd_next;	/* s may go below */
+		int64_t want = (int64_t)t->e[s].units * UNIT;
+		int r = res < 0 ? res : res >= off + want ? (int)want :
+			res > off ? (int)(res - off) : 0;
+
+		read_done(d, t, s, r);
+		off += want;
+		s = next;
+	}
+}
+
+/*
  * Every completion ready on the ring. From inside a spill or a fetch
  * (@nested: staging was full) a finished read is only noted: landing it
  * puts a block into the host tier, which may spill again and move the
@@ -380,7 +472,7 @@ static void reap_some(struct kvd *d, bool nested)
 	while (!nested && k->nr_late) {
 		struct kvd_late l = k->late[--k->nr_late];
 
-		read_done(d, t, l.slot, l.res);
+		read_run_done(d, t, l.slot, l.res);
 		landed = true;
 	}
 	while (io_uring_peek_cqe(k->ring, &cqe) == 0) {
@@ -401,7 +493,7 @@ static void reap_some(struct kvd *d, bool nested)
 		else if (nested)	/* at most one per staging unit */
 			k->late[k->nr_late++] = (struct kvd_late){ s, res };
 		else
-			read_done(d, t, s, res);
+			read_run_done(d, t, s, res);
 		landed = true;
 	}
 	/* parked lookups try again: what they wait for may be in now */

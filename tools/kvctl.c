@@ -780,10 +780,11 @@ static const struct kvctl_cmd cmds[] = {
 		  "as kv_hash_blocks gives it) in the pool of namespace N\n"
 		  "(default: the only one) for S seconds (default 3600): that\n"
 		  "block and its ancestors, never evicted until then" },
-	{ .name = "unpin", .args = "[--ns N] HASH", .opts = OPT_ID | OPT_NS,
+	{ .name = "unpin", .args = "[--ns N] HASH|all", .opts = OPT_ID | OPT_NS,
 	  .code = KV_ADMIN_UNPIN, .rec = sizeof(struct kv_admin_pin),
 	  .run = kvctl_cmd_pin,
-	  .help = "drop the pins of the prefix ending at the block of HASH" },
+	  .help = "drop the pins of the prefix ending at the block of HASH,\n"
+		  "or (all) every pin of namespace N" },
 	{ .name = "wait", .args = "[--timeout S]", .opts = OPT_TIMEOUT,
 	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
 	  .help = "wait until kvd answers on the admin socket (at most S\n"
@@ -1032,7 +1033,10 @@ int main(int argc, char **argv)
 				cmd->name);
 			return 2;
 		}
-		if (parse_hash(argv[optind + 1], &hash))
+		if (cmd->code == KV_ADMIN_UNPIN &&
+		    !strcmp(argv[optind + 1], "all"))
+			memset(&hash, 0, sizeof(hash));	/* the root: all */
+		else if (parse_hash(argv[optind + 1], &hash))
 			return 2;
 	} else if (cmd->opts & OPT_ID) {
 		if (!(given & OPT_ID)) {

@@ -557,8 +557,10 @@ struct kv_admin_req {
  * engine computed it (kv_hash_blocks(3)); that block and its committed
  * ancestors up to the root are pinned (or unpinned) in namespace
  * req.arg[0] for req.arg[1] seconds (PIN: 1..KV_PIN_MAX_MS / 1000;
- * UNPIN: 0). status -ENOENT: no such namespace; -ENXIO: no committed
- * block of that hash in its pool; -EDQUOT: past its pin limit.
+ * UNPIN: 0). UNPIN of the all-zero hash (the root: no block's) drops
+ * every pin of the namespace. status -ENOENT: no such namespace;
+ * -ENXIO: no committed block of that hash in its pool; -EDQUOT: past
+ * its pin limit.
  */
 struct kv_admin_pin_req {
 	struct kv_admin_req req;

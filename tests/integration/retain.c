@@ -265,6 +265,15 @@ static void test_kvctl(struct kv_client *c)
 	T_EQ(t_json_int(j, "pinned_blocks"), 0);
 	free(j);
 
+	/* unpin all: every pin of the namespace, no hash needed */
+	snprintf(args, sizeof(args), "pin --ttl 600 %s", x);
+	free(t_kvctl(&k, args));
+	T_EQ(pinned(), FULL);
+	j = t_kvctl(&k, "unpin all");
+	T_EQ(t_json_int(j, "changed"), FULL);
+	free(j);
+	T_EQ(pinned(), 0);
+
 	/* refusals: a malformed hash (2), an unknown one (1), bad TTLs */
 	T_EQ(kvctl_rc("pin 1234"), 2);
 	T_EQ(kvctl_rc("pin zz0123456789abcdef0123456789abcd"), 2);

@@ -256,6 +256,7 @@ int main(void)
 	struct kv_client *a, *b;
 	struct kv_sqe *sqe;
 	struct kv_cqe *cqe;
+	struct kv_stats bst;
 	struct t_kvd k;
 	long long t0;
 	pid_t pid;
@@ -273,8 +274,12 @@ int main(void)
 	T_EQ(kv_release(a, &ids[--n], 1), 1);
 	reap_ok(pid);
 
-	/* the waiter is gone, its block free again: b takes it */
-	T_EQ(kv_alloc(b, 1, ids + n), 1);
+	/* the waiter is gone (once kvd has seen its disconnect: that is
+	 * not synchronous), its block free again: b takes it */
+	for (int i = 0; i < 300 && kv_alloc(b, 1, ids + n) != 1; i++)
+		usleep(10000);
+	T_EQ(kv_stats(b, &bst), 0);
+	T_EQ(bst.client_refs, 1);
 	/* nobody frees: -ETIMEDOUT after the timeout (tick granularity) */
 	t0 = ms_now();
 	T_EQ(kv_alloc_wait(b, 1, ids + n + 1, 300), -ETIMEDOUT);

@@ -74,7 +74,7 @@ static int write_full(int fd, const void *buf, size_t len)
 	return 0;
 }
 
-static int read_full(int fd, void *buf, size_t len)
+int kvb_read_full(int fd, void *buf, size_t len)
 {
 	char *p = buf;
 
@@ -117,7 +117,7 @@ child_main(const struct kvb_opts *o, unsigned idx, int go_fd, int out_fd)
 	ret = worker_init(&w, o, idx);
 	if (write_full(out_fd, ret ? "F" : "R", 1) || ret)
 		_exit(1);
-	if (read_full(go_fd, &go, 1) || go != 'g')
+	if (kvb_read_full(go_fd, &go, 1) || go != 'g')
 		_exit(1);
 	w.r.t_start_ns = w.t_go = now_ns();
 	w.r.syscalls = kv_syscalls(w.c);
@@ -180,7 +180,7 @@ static void collect(struct child *ch, unsigned idx)
 {
 	struct kvb_result r;
 
-	if (read_full(ch->fd, &r, sizeof(r)) || r.magic != KVB_RESULT_MAGIC)
+	if (kvb_read_full(ch->fd, &r, sizeof(r)) || r.magic != KVB_RESULT_MAGIC)
 		return;
 	for (int k = 0; k < KVB_NR_OPS; k++) {
 		ch->samp[k] = malloc(((size_t)r.op[k].nr + 1) *
@@ -190,13 +190,13 @@ static void collect(struct child *ch, unsigned idx)
 				idx);
 			return;
 		}
-		if (read_full(ch->fd, ch->samp[k],
+		if (kvb_read_full(ch->fd, ch->samp[k],
 			      r.op[k].nr * sizeof(uint64_t)))
 			return;
 	}
 	ch->spans = malloc(((size_t)r.nr_spans + 1) * sizeof(*ch->spans));
 	if (!ch->spans ||
-	    read_full(ch->fd, ch->spans, r.nr_spans * sizeof(*ch->spans)))
+	    kvb_read_full(ch->fd, ch->spans, r.nr_spans * sizeof(*ch->spans)))
 		return;
 	ch->r = r;
 	ch->got = true;
@@ -369,7 +369,7 @@ int kvb_run_children(const struct kvb_opts *o, struct child *ch,
 			break;
 	close(go[0]);
 	for (unsigned i = 0; i < started; i++) {
-		ch[i].ready = !read_full(ch[i].fd, &b, 1) && b == 'R';
+		ch[i].ready = !kvb_read_full(ch[i].fd, &b, 1) && b == 'R';
 		ready += ch[i].ready;
 	}
 	if (ready == o->procs && o->mode == KVB_MODE_REPLAY &&

@@ -5,10 +5,10 @@
 
 #include "kvbench.h"
 
-/*
- * Fork all, wait until each is connected, start them together, collect.
- * Returns 0 when all ran fine, 1 when one failed, -1 when none started.
- */
+/* @len bytes from pipe @fd, through EINTR and short reads: 0, or -1 at
+ * an error or EOF first. */
+int kvb_read_full(int fd, void *buf, size_t len);
+
 /*
  * Fork all, wait until each is connected, start them together, collect.
  * Returns 0 when all ran fine, 1 when one failed, -1 when none started.

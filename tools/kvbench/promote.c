@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "fleet.h"
 #include "kvd.h"
 #include "promote.h"
 
@@ -209,23 +210,6 @@ static int pass_child(const struct kvb_opts *o, unsigned idx, int ready,
 	return r.status ? 1 : 0;
 }
 
-static int read_all(int fd, void *buf, size_t len)
-{
-	char *p = buf;
-
-	while (len) {
-		ssize_t n = read(fd, p, len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int by_start(const void *a, const void *b)
 {
 	const struct pass_iv *x = a, *y = b;
@@ -316,9 +300,9 @@ static int pass_collect(const struct kvb_opts *o, struct kvb_promo *p,
 	if (!all)
 		return -1;
 	for (unsigned i = 0; i < nr; i++) {
-		if (read_all(out[i], &r, sizeof(r)) || r.magic != PASS_MAGIC ||
+		if (kvb_read_full(out[i], &r, sizeof(r)) || r.magic != PASS_MAGIC ||
 		    r.nr_iv > o->tr->nr - niv ||
-		    read_all(out[i], all + niv, r.nr_iv * sizeof(*all))) {
+		    kvb_read_full(out[i], all + niv, r.nr_iv * sizeof(*all))) {
 			ret = -1;
 			continue;
 		}
