@@ -418,9 +418,9 @@ static int pin_fill(struct kvd *d, const struct kv_admin_req *req,
 	r->pinned = ns->pins.nr;
 	r->ttl_ms = pin ? pin_left_ms(ns, &key) : 0;
 	if (pin)
-		kvd_info("admin: namespace %u (%s): a %u-block prefix pinned for %u s (%u blocks newly)",
+		kvd_info("admin: namespace %u (%s): a %u-block prefix pinned for %u s asked, %llu s left (%u blocks newly)",
 			 ns->handle, ns->model_id, r->blocks, req->arg[1],
-			 r->changed);
+			 (unsigned long long)(r->ttl_ms / 1000), r->changed);
 	else
 		kvd_info("admin: namespace %u (%s): a %u-block prefix unpinned (%u blocks were pinned)",
 			 ns->handle, ns->model_id, r->blocks, r->changed);

@@ -428,6 +428,27 @@ static bool below_slab(const struct kvd_ns *o, uint32_t s, uint8_t *st)
 	return true;
 }
 
+/*
+ * Pages of @o's slabs that evicting what below_slab marked would empty
+ * (every block in use in them marked): what @o would give, to be held
+ * against its and its tenant's min_pages.
+ */
+static uint32_t below_pages(const struct kvd_ns *o, const uint8_t *st)
+{
+	uint32_t pages = 0;
+
+	for (uint32_t k = 0; k < o->slab_slots_used; k++) {
+		const struct kvd_slab *sl = &o->slabs[k];
+		uint32_t used = sl->nr_blocks - sl->nr_free, n = 0;
+
+		for (uint32_t i = 0; sl->live && i < sl->nr_carved; i++)
+			n += st[sl->first_block + i] == 1;
+		if (sl->live && used && n == used)
+			pages += o->slab_pages;
+	}
+	return pages;
+}
+
 /* Evict the blocks below_slab marked, leaf first, as slab_evict does:
  * the last of slab @s gives its pages back. */
 static uint32_t evict_below(struct kvd_ns *o, uint8_t *st)
@@ -492,7 +513,8 @@ static uint32_t unstrand(struct kvd_ns *ns)
 	st = calloc(o->max_blocks, 1);
 	if (!st)
 		return 0;
-	if (below_slab(o, s, st)) {
+	/* all of them must go, and the slabs they empty leave @o its mins */
+	if (below_slab(o, s, st) && ns_reclaimable(o, below_pages(o, st))) {
 		pool->reclaims += evict_below(o, st);
 		kvd_warn_on_once(o->slabs[s].live);	/* all of it went */
 	}

@@ -297,9 +297,14 @@ static int by_unit(const void *a, const void *b, void *arg)
 static uint32_t start_reads(struct kvd *d, struct kvd_tier *t, uint32_t *s,
 			    uint32_t nr)
 {
-	uint32_t started = 0;
+	uint32_t started = 0, n = 0;
 
 	qsort_r(s, nr, sizeof(*s), by_unit, t);
+	/* a request may name a hash twice: its entry is read once */
+	for (uint32_t i = 0; i < nr; i++)
+		if (!n || s[i] != s[n - 1])
+			s[n++] = s[i];
+	nr = n;
 	for (uint32_t i = 0, j; i < nr; i = j) {
 		uint32_t units = t->e[s[i]].units;
 
@@ -311,8 +316,14 @@ static uint32_t start_reads(struct kvd *d, struct kvd_tier *t, uint32_t *s,
 				break;
 			units += t->e[s[j]].units;
 		}
-		if (start_read_run(d, t, s + i, j - i))
+		if (start_read_run(d, t, s + i, j - i)) {
 			started += j - i;
+			continue;
+		}
+		/* no staging run that long: what fits, one entry a read */
+		for (uint32_t m = i; j - i > 1 && m < j &&
+		     start_read_run(d, t, s + m, 1); m++)
+			started++;
 	}
 	return started;
 }
@@ -324,7 +335,7 @@ int kvd_tier_fetch(struct kvd *d, struct kvd_client *c,
 	uint64_t sig, budget = h->cap_bytes / 2;
 	uint32_t i, waits = 0, nr_read = 0, *rd = NULL;
 
-	if (!t->disk || !t->e || !nr || !t->nr_entries)
+	if (!t->disk || !t->e || !nr || !t->nr_indexed)
 		return 0;
 	/* the hot path, a pool hit: its last block in the pool, all of it
 	 * is (eviction goes leaf first), and one probe says so */
@@ -414,24 +425,27 @@ static bool read_ok(const struct kvd_tier_entry *e, const struct disk_hdr *hdr)
 static void read_done(struct kvd *d, struct kvd_tier *t, uint32_t s, int res)
 {
 	struct kvd_disk *k = t->disk;
-	struct kvd_tier_entry *e = &t->e[s];
+	/* a copy: the host tier's put below may spill to this tier, whose
+	 * entries then move (its slot array grows) */
+	const struct kvd_tier_entry e = t->e[s];
 	const struct disk_hdr *hdr;
 
-	hdr = (const void *)(k->stage + (uint64_t)e->sunit * UNIT);
-	if (res != (int)(e->units * UNIT)) {
+	hdr = (const void *)(k->stage + (uint64_t)e.sunit * UNIT);
+	if (res != (int)(e.units * UNIT)) {
 		io_failed(t, s, false, res);
-	} else if (!read_ok(e, hdr)) {
+	} else if (!read_ok(&e, hdr)) {
 		t->corrupt++;
 		kvd_warn("disk tier: a block read back does not match its header or checksum: dropped");
 	} else {
 		k->reads++;
-		/* into the host tier, exclusive: the disk's copy goes */
-		if (__kvd_tier_host_put(d, &e->key, e->sig, hdr + 1, 0,
-					e->bytes, true))
+		/* into the host tier, exclusive: the disk's copy goes (its
+		 * staging run stays taken until then: no spill reuses it) */
+		if (__kvd_tier_host_put(d, &e.key, e.sig, hdr + 1, 0, e.bytes,
+					true))
 			t->promotions++;
 	}
-	set_run(k->stage_used, e->sunit, e->units, false);
-	set_run(k->used, e->unit, e->units, false);
+	set_run(k->stage_used, e.sunit, e.units, false);
+	set_run(k->used, e.unit, e.units, false);
 	__kvd_tier_forget(t, s);
 }
 

@@ -706,7 +706,7 @@ static bool pin_failed(uint32_t code, int err, uint32_t ns, const char *hash)
 		fprintf(stderr, "kvctl: %s: namespace %u has no committed block of hash %s in its pool\n",
 			name, ns, hash);
 	else if (err == -EDQUOT)
-		fprintf(stderr, "kvctl: pin: namespace %u's pins would keep more than half the blocks its quota allows (see kvctl status: PINNED)\n",
+		fprintf(stderr, "kvctl: pin: namespace %u's pins would keep slabs past half the pages its quota allows, or the pool's pinned slabs past half the pool (one pinned block keeps its slab; see kvctl status: PINNED, and kvctl unpin)\n",
 			ns);
 	else if (err == -EOPNOTSUPP || err == -EPROTO)
 		fprintf(stderr, "kvctl: %s: kvd refused the request (%s): a kvd older than ABI 3.4 has no pins\n",
@@ -870,6 +870,10 @@ static int only_namespace(const char *path, void *buf, uint32_t *ns)
 		call_failed(path, buf, n, ret);
 		return 1;
 	}
+	if (!st->nr_records) {
+		fprintf(stderr, "kvctl: no namespace yet: no client has connected a model\n");
+		return 1;
+	}
 	if (st->nr_records != 1) {
 		fprintf(stderr, "kvctl: %u namespaces: say which with --ns N (see kvctl prefix)\n",
 			st->nr_records);
@@ -1029,8 +1033,9 @@ int main(int argc, char **argv)
 		return 2;
 	if (cmd->code == KV_ADMIN_PIN || cmd->code == KV_ADMIN_UNPIN) {
 		if (!(given & OPT_ID)) {
-			fprintf(stderr, "kvctl: %s needs the HASH of a prefix's last block\n",
-				cmd->name);
+			fprintf(stderr, "kvctl: %s needs the HASH of a prefix's last block%s\n",
+				cmd->name, cmd->code == KV_ADMIN_UNPIN ?
+				", or all" : "");
 			return 2;
 		}
 		if (cmd->code == KV_ADMIN_UNPIN &&

@@ -245,11 +245,55 @@ static void remove_files(void)
 		unlink(conf);
 }
 
+/*
+ * A lookup that names blocks on disk twice, and in every order: each is
+ * read once, kvd stays up, whatever comes back is the right bytes.
+ */
+static void test_duplicates(void)
+{
+	struct kv_hash *h, *dup;
+	struct kv_client *c;
+	kv_block_t *ids;
+	uint32_t t[NTOK];
+	int n;
+
+	start("1M");
+	T_EQ(t_connect(&k, "disked", NULL, &c), 0);
+	for (uint32_t p = 0; p < PROMPTS; p++)
+		write_prompt(c, p);
+	h = kv_data_ptr(c, 0, FULL * sizeof(*h));
+	dup = kv_data_ptr(c, 2048, 2 * FULL * sizeof(*dup));
+	ids = kv_data_ptr(c, 8192, 2 * FULL * sizeof(*ids));
+	tokens(t, 0);			/* the coldest: on disk */
+	T_EQ(kv_hash_blocks(0, NULL, 0, t, NTOK, BT, NULL, h), FULL);
+	for (uint32_t i = 0; i < FULL; i++) {
+		dup[2 * i] = h[FULL - 1 - i];	/* backwards, twice each */
+		dup[2 * i + 1] = h[FULL - 1 - i];
+	}
+	n = kv_lookup(c, dup, 2 * FULL, ids);
+	T_ASSERT(n >= 0);
+	if (n)
+		T_EQ(kv_release(c, ids, (unsigned)n), n);
+	dup[0] = h[0];
+	dup[1] = h[0];
+	n = kv_lookup(c, dup, 2, ids);
+	T_ASSERT(n >= 0 && n <= 2);
+	for (int i = 0; i < n; i++)
+		T_ASSERT(same(c, ids[i], 0, 0));
+	if (n)
+		T_EQ(kv_release(c, ids, (unsigned)n), n);
+	read_prompt(c, 0);		/* every byte of what comes back */
+	check_books();
+	kv_disconnect(c);
+	stop();
+}
+
 int main(void)
 {
 	atexit(remove_files);
 	test_restart();
 	test_round_trip();
+	test_duplicates();
 	test_tampered();
 	test_concurrent();
 	printf("tier_disk: ok\n");

@@ -105,7 +105,7 @@ static double job_bw(struct json_object *root, size_t i)
 /* The last line of fio's log, for the report's why. */
 static void log_tail(const char *log, char *why, size_t len)
 {
-	char line[256], last[256] = "";
+	char line[256], last[sizeof(line)] = "";
 	FILE *f = fopen(log, "r");
 
 	while (f && fgets(line, sizeof(line), f))
@@ -114,7 +114,9 @@ static void log_tail(const char *log, char *why, size_t len)
 	if (f)
 		fclose(f);
 	last[strcspn(last, "\r\n")] = 0;
-	snprintf(why, len, "%s", last[0] ? last : "no output");
+	/* the line cut to what the report has room for */
+	snprintf(why, len, "%.*s", (int)(len ? len - 1 : 0),
+		 last[0] ? last : "no output");
 }
 
 /* The bytes to read: the pass's, at least FIO_MIN_SIZE, whole MiB. */
