@@ -129,3 +129,16 @@ class Kvd:
 
     def __exit__(self, *exc):
         self.close()
+
+
+# What the binding's tests share: a small geometry, a client of it.
+GEOM = dict(layers=2, kv_heads=2, head_dim=64, block_tokens=16)  # 16 KiB blocks
+
+
+def client(k, model="m", **kw):
+    """A kvd.Client of model @model on Kvd @k, GEOM with @kw over it."""
+    import kvd
+
+    g = dict(GEOM)
+    g.update(kw)
+    return kvd.Client(model, socket_path=k.socket, **g)

@@ -17,23 +17,15 @@ import time
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kvdtest import Kvd  # noqa: E402
+from kvdtest import GEOM, Kvd, client  # noqa: E402,F401
 
 import kvd  # noqa: E402
-
-GEOM = dict(layers=2, kv_heads=2, head_dim=64, block_tokens=16)  # 16 KiB blocks
 
 
 @pytest.fixture
 def k():
     with Kvd("64M") as d:
         yield d
-
-
-def client(k, model="m", **kw):
-    g = dict(GEOM)
-    g.update(kw)
-    return kvd.Client(model, socket_path=k.socket, **g)
 
 
 def test_error_is_oserror():
