@@ -11,7 +11,7 @@
 #   make tsan     the ring stress test under ThreadSanitizer (build-tsan/)
 #   make valgrind integration tests with kvd and clients under valgrind
 #   make gpu-bundle  the GPU check and what it runs, for a host without the packages
-#   make install  PREFIX=/usr/local
+#   make install  PREFIX=/usr/local DESTDIR=; make uninstall the same
 
 VERSION		:= $(shell cat VERSION)
 VERSION_MAJOR	:= $(word 1,$(subst ., ,$(VERSION)))
@@ -47,7 +47,8 @@ LIBUNIT_SRCS	:= $(wildcard tests/unit/test_lib_*.c)
 INTEG_SRCS	:= $(filter-out tests/integration/harness.c,$(wildcard tests/integration/*.c))
 
 KVD_OBJS	:= $(KVD_SRCS:%.c=$(O)/obj/%.o) $(O)/obj/libkvclient/cudadrv.o \
-		   $(O)/obj/libkvclient/ctx.o
+		   $(O)/obj/libkvclient/ctx.o $(O)/obj/tools/metrics.o \
+		   $(O)/obj/tools/admin.o
 LIB_OBJS	:= $(LIB_SRCS:%.c=$(O)/pic/%.o)
 # The kernels' C references (kv_ref_*, kv_layout_init, ...): libkvkernels.
 KERNELS_OBJS	:= $(KERNEL_SRCS:%.c=$(O)/pic/%.o)
@@ -58,6 +59,10 @@ KERNELS_LIB	:= $(O)/$(KERNELS_SONAME)
 UNIT_BINS	:= $(UNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%) \
 		   $(LIBUNIT_SRCS:tests/unit/%.c=$(O)/tests/unit/%)
 LIB_LIBS	:= -lxxhash -lcrypto -ldl -lm
+# kvd's sd_notify (kvd/notify.c).
+SYSTEMD_LIBS	:= $(shell pkg-config --libs libsystemd 2>/dev/null || echo -lsystemd)
+# kvd's --metrics-listen HTTP server (kvd/metrics_http.c).
+MHD_LIBS	:= $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
 INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
 TOOLS		:= $(O)/kvctl $(O)/kvbench
 
@@ -67,7 +72,7 @@ else
 Q := @
 endif
 
-all: $(O)/kvd $(LIB) $(KERNELS_LIB) $(TOOLS) kernels python
+all: $(O)/kvd $(LIB) $(O)/libkvclient.a $(KERNELS_LIB) $(TOOLS) kernels python
 
 # The Debian packages (scripts/install-deps.sh, apt): never by a plain
 # `make`; before any compile when a goal is one of README's set-up
@@ -90,13 +95,19 @@ $(O)/pic/%.o: %.c | $(DEPS_FIRST)
 
 $(O)/kvd: $(KVD_OBJS)
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ -luring -ljemalloc -lxxhash -ldl
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ -luring -ljemalloc -lxxhash -ldl $(SYSTEMD_LIBS) \
+		$(MHD_LIBS)
 
 $(LIB): $(LIB_OBJS) libkvclient/libkvclient.map
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -shared -Wl,-soname,$(SONAME) \
 		-Wl,--version-script=libkvclient/libkvclient.map -o $@ $(LIB_OBJS) $(LIB_LIBS)
 	$(Q)ln -sf $(SONAME) $(O)/libkvclient.so
+
+# The same objects, for a static link (Libs.private of kvclient.pc).
+$(O)/libkvclient.a: $(LIB_OBJS)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 # The kernels' C references, their own library: libkvclient does not call
 # them and they do not call libkvclient.
@@ -113,10 +124,14 @@ LIB_RPATH	:= -Wl,-rpath,'$$ORIGIN' -Wl,-rpath,'$$ORIGIN/../..' \
 LIB_LINK	:= -L$(O) -lkvclient $(LIB_RPATH)
 KERNELS_LINK	:= -L$(O) -lkvkernels $(LIB_RPATH)
 
+# kvctl top draws with ncurses (wide-character build; libncurses-dev).
+CURSES_LIBS	:= $(shell pkg-config --libs ncursesw 2>/dev/null || echo -lncursesw)
+
 $(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o $(O)/obj/tools/admin.o \
-		$(O)/obj/libkvclient/ctx.o
+		$(O)/obj/tools/metrics.o \
+		$(O)/obj/tools/top.o $(O)/obj/libkvclient/ctx.o
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CURSES_LIBS)
 
 # kvbench: tools/kvbench/, one file per mode (mode_*.c) and its helpers.
 KVBENCH_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard tools/kvbench/*.c) tools/emit.c \
@@ -330,11 +345,14 @@ FUZZ_SAN	:= -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
 		   -fno-sanitize-recover=undefined
 FUZZ_BINS	:= $(FUZZ_TARGETS:%=$(FUZZ_O)/fuzz_%)
 FUZZ_UTIL	:= $(FUZZ_O)/obj/tests/fuzz/fuzz_util.o
-# The daemon's modules but main.c, and the CUDA driver table; kvd_log
-# and kvd_now_ns wrapped (tests/fuzz/fuzz_kvd.c).
-FUZZ_KVD_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(filter-out kvd/main.c,$(KVD_SRCS)) \
+# The daemon's modules but main.c and the HTTP server it alone starts,
+# and the CUDA driver table; kvd_log and kvd_now_ns wrapped
+# (tests/fuzz/fuzz_kvd.c).
+FUZZ_KVD_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(filter-out kvd/main.c \
+		   kvd/metrics_http.c,$(KVD_SRCS)) \
 		   libkvclient/cudadrv.c libkvclient/ctx.c) $(FUZZ_O)/obj/tests/fuzz/fuzz_kvd.o
-FUZZ_KVD_LD	:= -Wl,--wrap=kvd_log -Wl,--wrap=kvd_now_ns -luring -lxxhash -ldl -lm
+FUZZ_KVD_LD	:= -Wl,--wrap=kvd_log -Wl,--wrap=kvd_now_ns -luring -lxxhash -ldl -lm \
+		   $(SYSTEMD_LIBS)
 # The library's modules (not the kernels': no fuzz target calls them).
 FUZZ_LIB_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(LIB_SRCS))
 
@@ -506,27 +524,56 @@ bench-vllm: all
 
 .PHONY: bench bench-vllm
 
+# make install / make uninstall, under $(DESTDIR)$(PREFIX): what `all`
+# built, nothing rebuilt; uninstall removes exactly what install put.
+BINDIR		?= $(PREFIX)/bin
+SBINDIR		?= $(PREFIX)/sbin
+LIBDIR		?= $(PREFIX)/lib
+INCLUDEDIR	?= $(PREFIX)/include
+MANDIR		?= $(PREFIX)/share/man
+DOCDIR		?= $(PREFIX)/share/doc/kvd
+PKGCONFIGDIR	?= $(LIBDIR)/pkgconfig
+UNITDIR		?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR	?= $(PREFIX)/lib/sysusers.d
+MAN_PAGES	:= $(wildcard man/man3/*.3 man/man5/*.5 man/man7/*.7 man/man8/*.8)
+HEADERS		:= $(wildcard include/kv/*.h)
+D		:= $(DESTDIR)
+
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/sbin \
-		$(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/kv \
-		$(DESTDIR)$(PREFIX)/share/man/man3 $(DESTDIR)$(PREFIX)/share/man/man7 \
-		$(DESTDIR)$(PREFIX)/share/man/man8
-	install -m 755 $(O)/kvd $(DESTDIR)$(PREFIX)/sbin/kvd
-	install -m 755 $(O)/kvctl $(O)/kvbench $(DESTDIR)$(PREFIX)/bin/
-	install -m 755 $(LIB) $(KERNELS_LIB) $(DESTDIR)$(PREFIX)/lib/
-	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkvclient.so
-	ln -sf $(KERNELS_SONAME) $(DESTDIR)$(PREFIX)/lib/libkvkernels.so
-	install -m 644 include/kv/*.h $(DESTDIR)$(PREFIX)/include/kv/
-	cp -P man/man3/*.3 $(DESTDIR)$(PREFIX)/share/man/man3/
-	for f in man/man7/*.7; do [ ! -e "$$f" ] || cp -P "$$f" $(DESTDIR)$(PREFIX)/share/man/man7/; done
-	install -d $(DESTDIR)$(PREFIX)/share/man/man5 $(DESTDIR)$(PREFIX)/share/doc/kvd
-	cp -P man/man5/*.5 $(DESTDIR)$(PREFIX)/share/man/man5/
-	install -m 644 etc/kvd.conf $(DESTDIR)$(PREFIX)/share/doc/kvd/kvd.conf.example
-	cp -P man/man8/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -d $(D)$(BINDIR) $(D)$(SBINDIR) $(D)$(LIBDIR) $(D)$(INCLUDEDIR)/kv \
+		$(D)$(PKGCONFIGDIR) $(D)$(DOCDIR) $(D)$(UNITDIR) $(D)$(SYSUSERSDIR) \
+		$(addprefix $(D)$(MANDIR)/man,3 5 7 8)
+	install -m 755 $(O)/kvd $(D)$(SBINDIR)/kvd
+	install -m 755 $(O)/kvctl $(O)/kvbench $(D)$(BINDIR)/
+	install -m 755 $(LIB) $(KERNELS_LIB) $(D)$(LIBDIR)/
+	install -m 644 $(O)/libkvclient.a $(D)$(LIBDIR)/
+	ln -sf $(SONAME) $(D)$(LIBDIR)/libkvclient.so
+	ln -sf $(KERNELS_SONAME) $(D)$(LIBDIR)/libkvkernels.so
+	install -m 644 $(HEADERS) $(D)$(INCLUDEDIR)/kv/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@VERSION@|$(VERSION)|' -e 's|@LIBS_PRIVATE@|$(LIB_LIBS)|' \
+		libkvclient/kvclient.pc.in >$(D)$(PKGCONFIGDIR)/kvclient.pc
+	for f in $(MAN_PAGES); do \
+		cp -P "$$f" $(D)$(MANDIR)/man$${f##*.}/ || exit 1; done
+	install -m 644 etc/kvd.conf $(D)$(DOCDIR)/kvd.conf.example
+	sed 's|/usr/sbin/kvd|$(SBINDIR)/kvd|' etc/kvd.service >$(D)$(UNITDIR)/kvd.service
+	install -m 644 etc/kvd.sysusers $(D)$(SYSUSERSDIR)/kvd.conf
 	$(Q)if [ -f $(PY_MOD) ]; then \
-		install -d $(DESTDIR)$(PYTHON_SITE)/kvd && \
-		install -m 644 $(PY_MOD) $(PY_FILES) $(DESTDIR)$(PYTHON_SITE)/kvd/ && \
-		echo "  INSTALL the kvd Python package in $(DESTDIR)$(PYTHON_SITE)/kvd"; fi
+		install -d $(D)$(PYTHON_SITE)/kvd && \
+		install -m 644 $(PY_MOD) $(PY_FILES) $(D)$(PYTHON_SITE)/kvd/ && \
+		echo "  INSTALL the kvd Python package in $(D)$(PYTHON_SITE)/kvd"; fi
+
+uninstall:
+	rm -f $(D)$(SBINDIR)/kvd $(D)$(BINDIR)/kvctl $(D)$(BINDIR)/kvbench \
+		$(addprefix $(D)$(LIBDIR)/,$(SONAME) $(KERNELS_SONAME) libkvclient.so \
+			libkvkernels.so libkvclient.a) \
+		$(D)$(PKGCONFIGDIR)/kvclient.pc \
+		$(addprefix $(D)$(INCLUDEDIR)/kv/,$(notdir $(HEADERS))) \
+		$(foreach f,$(MAN_PAGES),$(D)$(MANDIR)/man$(subst .,,$(suffix $(f)))/$(notdir $(f))) \
+		$(D)$(DOCDIR)/kvd.conf.example $(D)$(UNITDIR)/kvd.service \
+		$(D)$(SYSUSERSDIR)/kvd.conf
+	rm -f $(addprefix $(D)$(PYTHON_SITE)/kvd/,$(notdir $(PY_MOD) $(PY_FILES)))
+	-rmdir $(D)$(INCLUDEDIR)/kv $(D)$(DOCDIR) $(D)$(PYTHON_SITE)/kvd 2>/dev/null
 
 clean:
 	rm -rf $(O)
@@ -534,6 +581,6 @@ clean:
 # The header dependencies the compiles wrote (DEPFLAGS).
 -include $(shell find $(O) $(FUZZ_O) -name '*.d' 2>/dev/null)
 
-.PHONY: all deps test check man-check clang-check layering-check demo demo-vllm bench-vllm install clean kernels kernels-usage \
+.PHONY: all deps test check man-check clang-check layering-check demo demo-vllm bench-vllm install uninstall clean kernels kernels-usage \
 	ring-stress soak tsan valgrind
 .SECONDARY:

@@ -316,6 +316,27 @@ static int fill_tiers(struct kvd *d, const struct kv_admin_req *req,
 	return n;
 }
 
+static int fill_ops(struct kvd *d, const struct kv_admin_req *req,
+		    struct kv_admin_status *st, void *buf)
+{
+	struct kv_admin_op *r = buf;
+
+	for (uint32_t i = 0; i < KV_OP__MAX; i++) {
+		const struct kvd_op_stat *s = &d->op_stats[i];
+
+		memset(&r[i], 0, sizeof(r[i]));
+		snprintf(r[i].name, sizeof(r[i].name), "%s", kvd_op_name(i));
+		r[i].opcode = i;
+		r[i].sample_shift = KVD_OP_SAMPLE_SHIFT;
+		r[i].requests = s->requests;
+		r[i].errors = s->errors;
+		r[i].timed = s->timed;
+		r[i].timed_ns = s->timed_ns;
+		memcpy(r[i].bucket, s->bucket, sizeof(r[i].bucket));
+	}
+	return KV_OP__MAX;
+}
+
 static int fill_tenants(struct kvd *d, const struct kv_admin_req *req,
 			struct kv_admin_status *st, void *buf)
 {
@@ -458,6 +479,7 @@ static const struct admin_cmd admin_cmds[] = {
 	     struct kv_admin_pin_req),
 	CMDR(KV_ADMIN_UNPIN,	"unpin",	fill_unpin,	struct kv_admin_pin,
 	     struct kv_admin_pin_req),
+	CMD(KV_ADMIN_OPS,	"ops",		fill_ops,	struct kv_admin_op),
 };
 
 /* The command of a well-formed request, or NULL with st->status set. */

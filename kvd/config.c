@@ -13,13 +13,16 @@
  * struct kvd_conf; options.c: struct kvd_config) and report "NAME: why"
  * under the name the user wrote (a key, an --option, a variable).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <grp.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/un.h>
 
 #include "conf_key.h"
@@ -305,6 +308,60 @@ static int set_path(struct conf_ctx *c, const struct conf_key *k,
 	return 0;
 }
 
+static int parse_port(const char *s, uint16_t *port)
+{
+	char *end;
+	unsigned long v;
+
+	if (!conf_all_digits(s) || !*s)
+		return -EINVAL;
+	v = strtoul(s, &end, 10);
+	if (*end || !v || v > 65535)
+		return -EINVAL;
+	*port = htons((uint16_t)v);
+	return 0;
+}
+
+int kvd_parse_listen(const char *s, struct sockaddr_storage *ss)
+{
+	struct sockaddr_in *in = (struct sockaddr_in *)ss;
+	struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)ss;
+	char host[KVD_LISTEN_MAX];
+	const char *colon = strrchr(s, ':');
+	size_t len = colon ? (size_t)(colon - s) : 0;
+
+	memset(ss, 0, sizeof(*ss));
+	if (!colon || len < 2 || len >= sizeof(host))
+		return -EINVAL;
+	if (s[0] == '[' && s[len - 1] == ']') {
+		memcpy(host, s + 1, len - 2);
+		host[len - 2] = 0;
+		in6->sin6_family = AF_INET6;
+		if (inet_pton(AF_INET6, host, &in6->sin6_addr) != 1)
+			return -EINVAL;
+		return parse_port(colon + 1, &in6->sin6_port);
+	}
+	memcpy(host, s, len);
+	host[len] = 0;
+	in->sin_family = AF_INET;
+	if (inet_pton(AF_INET, host, &in->sin_addr) != 1)
+		return -EINVAL;
+	return parse_port(colon + 1, &in->sin_port);
+}
+
+/* ADDR:PORT of a TCP listener: IPv4 or [IPv6], a port 1..65535. */
+static int set_listen(struct conf_ctx *c, const struct conf_key *k,
+		      const char *val, void *dst)
+{
+	struct sockaddr_storage ss;
+
+	if (strlen(val) >= KVD_LISTEN_MAX || kvd_parse_listen(val, &ss))
+		return conf_err(c, "%s: '%s' is not ADDR:PORT (an IPv4 address or a [bracketed] IPv6 one, then a port 1..65535: 127.0.0.1:9464)",
+				c->name, val);
+	memcpy(dst, val, strlen(val) + 1);
+	return 0;
+}
+
 /* A string kept as given (argv outlives the daemon's use of it). */
 static int set_string(struct conf_ctx *c, const struct conf_key *k,
 		      const char *val, void *dst)
@@ -542,6 +599,12 @@ const struct conf_key kvd_keys[KVD_NR_KEYS] = {
 				      set_bool),
 		.help = "start a host pool larger than RAM + swap (refused\n"
 			"otherwise): clients that touch all of it are killed" },
+	[KVD_KEY_METRICS_LISTEN] = { BOTH("metrics_listen", "metrics-listen",
+					  metrics_listen, set_listen),
+		.arg = "ADDR:PORT",
+		.help = "serve GET /metrics (Prometheus text, as kvctl\n"
+			"metrics) over HTTP there, in a thread of its own\n"
+			"(default: off)" },
 	[KVD_KEY_EXTENT_SIZE] = { ARGV("extent-size", extent_bytes, set_size),
 		.arg = "SIZE", .min = KV_PAGE_BYTES, .max = SIZE_MAX_BYTES,
 		.what = "2M multiple",

@@ -30,6 +30,7 @@
 #define KVD_CONF_NAME_MAX	32	/* tenant name, NUL included */
 #define KVD_CONF_MODEL_MAX	64	/* model id, NUL included (KV_MODEL_ID_MAX) */
 #define KVD_CONF_PATH_MAX	108	/* socket path, NUL included (sun_path) */
+#define KVD_LISTEN_MAX		64	/* ADDR:PORT or [ADDR]:PORT, NUL included */
 #define KVD_CONF_SECRET_MIN	16	/* bytes */
 #define KVD_CONF_SECRET_MAX	64	/* bytes */
 #define KVD_CONF_TENANTS_MAX	256	/* [tenant] sections (KVD_MAX_TENANTS) */
@@ -128,6 +129,8 @@ struct kvd_conf {
 	bool		has_hugepages;
 	bool		overcommit;	/* a host pool beyond RAM + swap */
 	bool		has_overcommit;
+	char		metrics_listen[KVD_LISTEN_MAX];	/* ADDR:PORT */
+	bool		has_metrics_listen;
 
 	struct kvd_tenant_conf	*tenants;	/* in file order */
 	uint32_t		nr_tenants;
@@ -207,6 +210,7 @@ enum kvd_key {
 	KVD_KEY_POLL_US,
 	KVD_KEY_HUGEPAGES,
 	KVD_KEY_OVERCOMMIT,
+	KVD_KEY_METRICS_LISTEN,
 	KVD_KEY_EXTENT_SIZE,		/* command line only */
 	KVD_KEY_EVENT_LOOP,		/* command line or $KVD_EVENT_LOOP */
 	KVD_KEY_VERBOSE,		/* command line only, and below */
@@ -243,6 +247,7 @@ struct kvd_config {
 	uint32_t	poll_us;	/* poll busy rings this long before sleeping */
 	bool		hugepages;
 	bool		overcommit;	/* start a host pool beyond RAM + swap */
+	char		metrics_listen[KVD_LISTEN_MAX];	/* "": no HTTP */
 	uint64_t	extent_bytes;	/* 0: pool / 32, within 2 MiB..1 GiB */
 	int		event_loop;	/* KVD_LOOP_* */
 	bool		verbose, quiet;
@@ -283,5 +288,13 @@ int kvd_config_merge(struct kvd_config *cfg, const struct kvd_conf *file,
 
 /* kvd --help, from the table. */
 void kvd_config_usage(FILE *f);
+
+struct sockaddr_storage;
+
+/*
+ * kvd_parse_listen - ADDR:PORT (IPv4) or [ADDR]:PORT (IPv6), numeric,
+ * port 1..65535, into @ss. Return: 0, or -EINVAL.
+ */
+int kvd_parse_listen(const char *s, struct sockaddr_storage *ss);
 
 #endif /* KVD_CONFIG_H */

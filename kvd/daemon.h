@@ -13,6 +13,7 @@
 #include "config.h"
 #include "kvd.h"
 #include "ns.h"
+#include "opdef.h"
 #include "pool.h"
 #include "tenant.h"
 #include "tier.h"
@@ -56,6 +57,9 @@ struct kvd {
 	struct kvd_path_id sock_id, admin_id;	/* the sockets kvd bound */
 	uint64_t	start_ns;
 	uint64_t	ops;
+	/* per KV_OP_*, SQEs taken off the rings (ring.c take) */
+	struct kvd_op_stat op_stats[KV_OP__MAX];
+	struct kvd_metrics *metrics;	/* --metrics-listen (metrics_http.c) */
 
 	struct kvd_client *clients;	/* [nr_slots] */
 	/* slots of the LIVE clients: the loop's passes walk these, not

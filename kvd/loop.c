@@ -29,6 +29,7 @@
 #include "daemon.h"
 #include "extent.h"
 #include "loop.h"
+#include "notify.h"
 #include "tier.h"
 #include "loop_ev.h"
 #include "ring.h"
@@ -218,6 +219,7 @@ static void on_tick(struct kvd *d)
 	kvd_extents_tick(d);
 	resume_accept(d);
 	ratelimits(d, false, false);
+	kvd_notify_tick(d);
 }
 
 static void on_client(struct kvd *d, int type, uint32_t slot, uint32_t gen,

@@ -31,6 +31,8 @@
 #include "daemon.h"
 #include "extent.h"
 #include "loop.h"
+#include "metrics_http.h"
+#include "notify.h"
 #include "tenant.h"
 
 #ifndef KV_VERSION
@@ -616,6 +618,9 @@ int main(int argc, char **argv)
 		goto out;
 	if (kvd_loop_init(d))
 		goto out;	/* it logged why */
+	/* As root still: a port below 1024 may be asked for. */
+	if (kvd_metrics_start(d, admin_path))
+		goto out;
 	if (kvd_tiers_start(d)) {
 		kvd_err("disk tier: cannot watch its completions");
 		goto out;
@@ -629,10 +634,13 @@ int main(int argc, char **argv)
 		 d->pool.nr_pages,
 		 (unsigned long long)(d->cfg.extent_bytes >> 20), sock_path,
 		 admin_path);
+	kvd_notify_ready(d);
 	ret = kvd_loop_run(d) ? 1 : 0;
+	kvd_notify_stopping();
 	shutdown_all(d);
 	kvd_info("stopped");
 out:
+	kvd_metrics_stop(d);	/* first: a scrape in flight asks the admin socket */
 	unbind_path(sock_path, &d->sock_id);
 	unbind_path(admin_path, &d->admin_id);
 	kvd_tiers_exit(d);

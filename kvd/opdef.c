@@ -416,6 +416,25 @@ static void quota_refused(struct kvd *d, struct kvd_client *c,
 			 what[hr->quota_why], hr->quota_limit);
 }
 
+const char *kvd_op_name(uint32_t opcode)
+{
+	return opcode < KV_OP__MAX ? kvd_op_defs[opcode].name : "UNKNOWN";
+}
+
+/* One sampled SQE's service time into its opcode's buckets. */
+void kvd_op_stat_time(struct kvd_op_stat *s, uint64_t ns)
+{
+	static const uint64_t le[KV_ADMIN_OP_BUCKETS] = KV_ADMIN_OP_LE_NS;
+	uint32_t i = 0;
+
+	while (i < KV_ADMIN_OP_BUCKETS && ns > le[i])
+		i++;
+	if (i < KV_ADMIN_OP_BUCKETS)
+		s->bucket[i]++;
+	s->timed++;
+	s->timed_ns += ns;
+}
+
 int kvd_op_issue(struct kvd *d, struct kvd_client *c,
 		 const struct kv_sqe *sqe)
 {

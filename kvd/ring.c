@@ -375,6 +375,32 @@ static bool retry_waiting(struct kvd *d, struct kvd_client *c,
 }
 
 /*
+ * kvd_op_issue, counted per opcode (KV_ADMIN_OPS): an increment per SQE,
+ * and a clock read either side of 1 in 2^KVD_OP_SAMPLE_SHIFT of them.
+ */
+static int issue_counted(struct kvd *d, struct kvd_client *c,
+			 const struct kv_sqe *sqe)
+{
+	struct kvd_op_stat *s;
+	uint64_t t0;
+	int res;
+
+	if (sqe->opcode >= KV_OP__MAX)
+		return kvd_op_issue(d, c, sqe);
+	s = &d->op_stats[sqe->opcode];
+	if (s->requests++ & ((1U << KVD_OP_SAMPLE_SHIFT) - 1)) {
+		res = kvd_op_issue(d, c, sqe);
+	} else {
+		t0 = kvd_now_ns();
+		res = kvd_op_issue(d, c, sqe);
+		kvd_op_stat_time(s, kvd_now_ns() - t0);
+	}
+	if (res < 0 && res != -EINPROGRESS)
+		s->errors++;
+	return res;
+}
+
+/*
  * A new SQE taken off the SQ. Returns true when it completed now with
  * *res, false when it was parked (waiting, or linked to a parked one).
  */
@@ -392,7 +418,7 @@ static bool take(struct kvd *d, struct kvd_client *c,
 		c->link = linked ? KVD_LINK_FAILED : KVD_LINK_NONE;
 		return true;
 	}
-	*res = kvd_op_issue(d, c, sqe);
+	*res = issue_counted(d, c, sqe);
 	if (must_wait(c, sqe, *res)) {
 		park(d, c, sqe, KVD_WAIT_PARKED);
 		return false;

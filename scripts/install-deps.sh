@@ -8,12 +8,18 @@ set -eu
 
 PKGS="build-essential clang libclang-rt-dev pkg-config liburing-dev \
 libjemalloc-dev libcmocka-dev libxxhash-dev libssl-dev libjson-c-dev mandoc jq \
-binutils"
+binutils libmicrohttpd-dev"
 # The kvd Python package (python3-dev) and its tests: pytest, torch for
 # CPU tensors, and what the vendored vLLM's modules import (numpy, cbor2,
 # xxhash, psutil, typing-extensions).
 PKGS="$PKGS python3-dev python3-pytest python3-torch python3-numpy \
 python3-cbor2 python3-xxhash python3-psutil python3-typing-extensions"
+# kvd's sd_notify (libsystemd), and systemd-analyze for the unit's check.
+PKGS="$PKGS libsystemd-dev systemd"
+# kvctl metrics' test: a real Prometheus text parser.
+PKGS="$PKGS python3-prometheus-client"
+# kvctl top draws with ncurses; its test runs it in a tmux pane.
+PKGS="$PKGS libncurses-dev tmux"
 # --bench: what `make bench` compares kvd with (kvbench --redis; fio,
 # the disk's own sequential read beside kvbench --disk-tier-size's
 # promotions) and counts kvd's system calls with (kvbench --perf-stat).

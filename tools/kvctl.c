@@ -19,6 +19,8 @@
 
 #include "admin.h"
 #include "emit.h"
+#include "metrics.h"
+#include "top.h"
 
 #ifndef KV_VERSION
 #define KV_VERSION "0.0"
@@ -638,6 +640,16 @@ static int kvctl_cmd_quota(struct kv_emit *e, const struct kvctl_reply *r)
 	return ret ? 1 : 0;
 }
 
+/* kvctl metrics: Prometheus text, from several calls (metrics.c). */
+static int kvctl_cmd_metrics(struct kv_emit *e, const struct kvctl_reply *r)
+{
+	int ret = kv_metrics_write(stdout, r->path);
+
+	if (ret)
+		call_failed(r->path, NULL, 0, ret);
+	return ret ? 1 : 0;
+}
+
 static int parse_u32(const char *opt, const char *s, uint32_t *out)
 {
 	char *end;
@@ -724,6 +736,7 @@ static bool pin_failed(uint32_t code, int err, uint32_t ns, const char *hash)
 #define OPT_ID		16U	/* one operand: a client id, or a hash
 				 * (pin, unpin) */
 #define OPT_TTL		32U
+#define OPT_INTERVAL	64U	/* --interval: top */
 
 struct kvctl_cmd {
 	const char	*name;
@@ -763,6 +776,9 @@ static const struct kvctl_cmd cmds[] = {
 	CMD(tiers, NULL, 0, KV_ADMIN_TIERS, struct kv_admin_tier,
 	    "the tiers behind the pool: bytes, blocks, demotions,\n"
 	    "promotions, drops, checksum failures"),
+	CMD(metrics, NULL, 0, KV_ADMIN_STATUS, struct kv_admin_ns,
+	    "every figure above and per-opcode request counts and\n"
+	    "service times, in the Prometheus text format"),
 	{ .name = "evict", .args = "[--ns N]", .opts = OPT_NS,
 	  .code = KV_ADMIN_EVICT, .rec = sizeof(struct kv_admin_prefix),
 	  .run = kvctl_cmd_prefix,
@@ -789,6 +805,11 @@ static const struct kvctl_cmd cmds[] = {
 	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
 	  .help = "wait until kvd answers on the admin socket (at most S\n"
 		  "seconds, default 30); exit 1 if it does not" },
+	{ .name = "top", .args = "[--interval MS]", .opts = OPT_INTERVAL,
+	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
+	  .help = "a live view, redrawn every MS ms (default 1000): pool use\n"
+		  "and its history, namespaces' blocks, hit ratios, evictions\n"
+		  "per second, clients, tiers; q quits, p pauses" },
 };
 
 static uint64_t now_ms(void)
@@ -939,7 +960,7 @@ static const struct kvctl_cmd *find_cmd(const char *name, unsigned opts)
 		fprintf(stderr, "kvctl: unknown command '%s'\n", name);
 		usage(stderr);
 	} else {
-		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait, an ID with disconnect, a HASH (and --ns, --ttl) with pin and unpin\n");
+		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait, --interval with top, an ID with disconnect, a HASH (and --ns, --ttl) with pin and unpin\n");
 	}
 	return NULL;
 }
@@ -954,13 +975,14 @@ int main(int argc, char **argv)
 		{ "depth", required_argument, NULL, 'd' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "ttl", required_argument, NULL, 'L' },
+		{ "interval", required_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 }
 	};
 	const char *opt_path = NULL;
 	uint32_t ns = UINT32_MAX, depth = 3, timeout_s = 30, id = 0;
-	uint32_t ttl_s = 3600;
+	uint32_t ttl_s = 3600, interval_ms = 1000;
 	struct kv_hash hash;
 	const struct kvctl_cmd *cmd;
 	struct kv_admin_status *st;
@@ -1007,6 +1029,16 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			given |= OPT_TTL;
+			break;
+		case 'I':
+			if (parse_u32("--interval", optarg, &interval_ms))
+				return 2;
+			if (interval_ms < 10 || interval_ms > 3600000) {
+				fprintf(stderr, "kvctl: --interval: %u is not 10 to 3600000 ms\n",
+					interval_ms);
+				return 2;
+			}
+			given |= OPT_INTERVAL;
 			break;
 		case 'h':
 			usage(stdout);
@@ -1065,6 +1097,10 @@ int main(int argc, char **argv)
 	    (ret = only_namespace(path, buf, &ns))) {
 		free(buf);
 		return ret;
+	}
+	if (cmd->opts & OPT_INTERVAL) {
+		free(buf);	/* top keeps replies of its own */
+		return kvctl_top(path, interval_ms);
 	}
 	if (cmd->opts & OPT_TIMEOUT) {
 		e.json = json;

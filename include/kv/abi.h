@@ -23,7 +23,7 @@
 					 * the host tier (KV_SQE_POOL_ONLY,
 					 * tier hits in CQE flags);
 					 * 4: RETAIN (priority, pins),
-					 * admin PIN and UNPIN */
+					 * admin PIN, UNPIN and OPS */
 
 #define KV_MAGIC		0x3144564bU	/* "KVD1" little endian */
 
@@ -488,6 +488,35 @@ enum {
 					 * prefix; reply: kv_admin_status +
 					 * one kv_admin_pin (ABI 3.4) */
 	KV_ADMIN_UNPIN		= 12,	/* the same, dropping the pins */
+	KV_ADMIN_OPS		= 13,	/* reply: kv_admin_status +
+					 * kv_admin_op[KV_OP__MAX] (ABI 3.4) */
+};
+
+/*
+ * The upper bounds (ns) of struct kv_admin_op's buckets, log-spaced
+ * 1-2-5 so that a ~300 ns round trip and a ~100 us wake-up land apart.
+ */
+#define KV_ADMIN_OP_BUCKETS	16
+#define KV_ADMIN_OP_LE_NS	{ 100, 200, 500, 1000, 2000, 5000, 10000, \
+				  20000, 50000, 100000, 200000, 500000, \
+				  1000000, 2000000, 5000000, 10000000 }
+
+/*
+ * One opcode's SQEs since kvd started (kvctl metrics). Service time is
+ * SQE taken to its issue's return, sampled: 1 SQE in 2^sample_shift
+ * of each opcode is timed (a parked SQE's wait is not in it).
+ */
+struct kv_admin_op {
+	char	name[16];	/* "LOOKUP" */
+	__u32	opcode;		/* KV_OP_* */
+	__u32	sample_shift;
+	__u64	requests;	/* SQEs taken */
+	__u64	errors;		/* of them completed at once with res < 0 */
+	__u64	timed;		/* sampled SQEs */
+	__u64	timed_ns;	/* their service time, summed */
+	__u64	bucket[KV_ADMIN_OP_BUCKETS];	/* timed ones <= LE_NS[i],
+						 * not cumulative; the rest
+						 * took longer */
 };
 
 
@@ -774,5 +803,6 @@ KV_STATIC_ASSERT(sizeof(struct kv_stats) == 120, "kv_stats");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_tree_node) == 40, "kv_admin_tree_node");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_pin_req) == 48, "kv_admin_pin_req");
 KV_STATIC_ASSERT(sizeof(struct kv_admin_pin) == 32, "kv_admin_pin");
+KV_STATIC_ASSERT(sizeof(struct kv_admin_op) == 184, "kv_admin_op");
 
 #endif /* KV_ABI_H */
