@@ -63,6 +63,8 @@ LIB_LIBS	:= -lxxhash -lcrypto -ldl -lm
 SYSTEMD_LIBS	:= $(shell pkg-config --libs libsystemd 2>/dev/null || echo -lsystemd)
 # kvd's --metrics-listen HTTP server (kvd/metrics_http.c).
 MHD_LIBS	:= $(shell pkg-config --libs libmicrohttpd 2>/dev/null || echo -lmicrohttpd)
+# KV events (kvd/events.c): libzmq, msgpack-c.
+EVENTS_LIBS	:= $(shell pkg-config --libs libzmq msgpack 2>/dev/null || echo -lzmq -lmsgpackc)
 INTEG_BINS	:= $(INTEG_SRCS:tests/integration/%.c=$(O)/tests/integration/%)
 TOOLS		:= $(O)/kvctl $(O)/kvbench
 
@@ -96,7 +98,7 @@ $(O)/pic/%.o: %.c | $(DEPS_FIRST)
 $(O)/kvd: $(KVD_OBJS)
 	@echo "  LD      $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $^ -luring -ljemalloc -lxxhash -ldl $(SYSTEMD_LIBS) \
-		$(MHD_LIBS)
+		$(MHD_LIBS) $(EVENTS_LIBS)
 
 $(LIB): $(LIB_OBJS) libkvclient/libkvclient.map
 	@echo "  LD      $@"
@@ -129,9 +131,9 @@ CURSES_LIBS	:= $(shell pkg-config --libs ncursesw 2>/dev/null || echo -lncursesw
 
 $(O)/kvctl: $(O)/obj/tools/kvctl.o $(O)/obj/tools/emit.o $(O)/obj/tools/admin.o \
 		$(O)/obj/tools/metrics.o \
-		$(O)/obj/tools/top.o $(O)/obj/libkvclient/ctx.o
+		$(O)/obj/tools/top.o $(O)/obj/tools/kvevents.o $(O)/obj/libkvclient/ctx.o
 	@echo "  LD      $@"
-	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CURSES_LIBS)
+	$(Q)$(CC) $(CFLAGS) -o $@ $^ $(CURSES_LIBS) $(EVENTS_LIBS)
 
 # kvbench: tools/kvbench/, one file per mode (mode_*.c) and its helpers.
 KVBENCH_OBJS	:= $(patsubst %.c,$(O)/obj/%.o,$(wildcard tools/kvbench/*.c) tools/emit.c \
@@ -352,7 +354,7 @@ FUZZ_KVD_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(filter-out kvd/main.c \
 		   kvd/metrics_http.c,$(KVD_SRCS)) \
 		   libkvclient/cudadrv.c libkvclient/ctx.c) $(FUZZ_O)/obj/tests/fuzz/fuzz_kvd.o
 FUZZ_KVD_LD	:= -Wl,--wrap=kvd_log -Wl,--wrap=kvd_now_ns -luring -lxxhash -ldl -lm \
-		   $(SYSTEMD_LIBS)
+		   $(SYSTEMD_LIBS) $(EVENTS_LIBS)
 # The library's modules (not the kernels': no fuzz target calls them).
 FUZZ_LIB_OBJS	:= $(patsubst %.c,$(FUZZ_O)/obj/%.o,$(LIB_SRCS))
 

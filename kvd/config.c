@@ -350,6 +350,19 @@ int kvd_parse_listen(const char *s, struct sockaddr_storage *ss)
 }
 
 /* ADDR:PORT of a TCP listener: IPv4 or [IPv6], a port 1..65535. */
+/* A ZMQ endpoint to bind: tcp://ADDR:PORT, ipc://PATH or inproc://NAME. */
+static int set_endpoint(struct conf_ctx *c, const struct conf_key *k,
+			const char *val, void *dst)
+{
+	if (strlen(val) >= KVD_ENDPOINT_MAX ||
+	    (strncmp(val, "tcp://", 6) && strncmp(val, "ipc://", 6) &&
+	     strncmp(val, "inproc://", 9)) || !strchr(val, '/')[2])
+		return conf_err(c, "%s: '%s' is not a ZMQ endpoint to bind (tcp://*:5557, tcp://127.0.0.1:5557 or ipc:///run/kvd/kv-events, under %d bytes)",
+				c->name, val, KVD_ENDPOINT_MAX);
+	memcpy(dst, val, strlen(val) + 1);
+	return 0;
+}
+
 static int set_listen(struct conf_ctx *c, const struct conf_key *k,
 		      const char *val, void *dst)
 {
@@ -605,6 +618,12 @@ const struct conf_key kvd_keys[KVD_NR_KEYS] = {
 		.help = "serve GET /metrics (Prometheus text, as kvctl\n"
 			"metrics) over HTTP there, in a thread of its own\n"
 			"(default: off)" },
+	[KVD_KEY_KV_EVENTS] = { BOTH("kv_events", "kv-events", kv_events,
+				     set_endpoint),
+		.arg = "ENDPOINT",
+		.help = "publish KV events (blocks stored and removed, in\n"
+			"vLLM's format: msgpack on a ZMQ PUB socket) there,\n"
+			"e.g. tcp://*:5557 (default: off)" },
 	[KVD_KEY_EXTENT_SIZE] = { ARGV("extent-size", extent_bytes, set_size),
 		.arg = "SIZE", .min = KV_PAGE_BYTES, .max = SIZE_MAX_BYTES,
 		.what = "2M multiple",

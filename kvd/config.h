@@ -31,6 +31,7 @@
 #define KVD_CONF_MODEL_MAX	64	/* model id, NUL included (KV_MODEL_ID_MAX) */
 #define KVD_CONF_PATH_MAX	108	/* socket path, NUL included (sun_path) */
 #define KVD_LISTEN_MAX		64	/* ADDR:PORT or [ADDR]:PORT, NUL included */
+#define KVD_ENDPOINT_MAX	128	/* a ZMQ endpoint, NUL included */
 #define KVD_CONF_SECRET_MIN	16	/* bytes */
 #define KVD_CONF_SECRET_MAX	64	/* bytes */
 #define KVD_CONF_TENANTS_MAX	256	/* [tenant] sections (KVD_MAX_TENANTS) */
@@ -131,6 +132,8 @@ struct kvd_conf {
 	bool		has_overcommit;
 	char		metrics_listen[KVD_LISTEN_MAX];	/* ADDR:PORT */
 	bool		has_metrics_listen;
+	char		kv_events[KVD_ENDPOINT_MAX];	/* a ZMQ endpoint */
+	bool		has_kv_events;
 
 	struct kvd_tenant_conf	*tenants;	/* in file order */
 	uint32_t		nr_tenants;
@@ -211,6 +214,7 @@ enum kvd_key {
 	KVD_KEY_HUGEPAGES,
 	KVD_KEY_OVERCOMMIT,
 	KVD_KEY_METRICS_LISTEN,
+	KVD_KEY_KV_EVENTS,
 	KVD_KEY_EXTENT_SIZE,		/* command line only */
 	KVD_KEY_EVENT_LOOP,		/* command line or $KVD_EVENT_LOOP */
 	KVD_KEY_VERBOSE,		/* command line only, and below */
@@ -248,6 +252,7 @@ struct kvd_config {
 	bool		hugepages;
 	bool		overcommit;	/* start a host pool beyond RAM + swap */
 	char		metrics_listen[KVD_LISTEN_MAX];	/* "": no HTTP */
+	char		kv_events[KVD_ENDPOINT_MAX];	/* "": no KV events */
 	uint64_t	extent_bytes;	/* 0: pool / 32, within 2 MiB..1 GiB */
 	int		event_loop;	/* KVD_LOOP_* */
 	bool		verbose, quiet;

@@ -60,6 +60,7 @@ struct kvd {
 	/* per KV_OP_*, SQEs taken off the rings (ring.c take) */
 	struct kvd_op_stat op_stats[KV_OP__MAX];
 	struct kvd_metrics *metrics;	/* --metrics-listen (metrics_http.c) */
+	struct kvd_events *events;	/* --kv-events (events.c) */
 
 	struct kvd_client *clients;	/* [nr_slots] */
 	/* slots of the LIVE clients: the loop's passes walk these, not

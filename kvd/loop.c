@@ -29,6 +29,7 @@
 #include "daemon.h"
 #include "extent.h"
 #include "loop.h"
+#include "events.h"
 #include "notify.h"
 #include "tier.h"
 #include "loop_ev.h"
@@ -220,6 +221,7 @@ static void on_tick(struct kvd *d)
 	resume_accept(d);
 	ratelimits(d, false, false);
 	kvd_notify_tick(d);
+	kvd_events_flush(d);
 }
 
 static void on_client(struct kvd *d, int type, uint32_t slot, uint32_t gen,

@@ -32,6 +32,7 @@
 #include "extent.h"
 #include "loop.h"
 #include "metrics_http.h"
+#include "events.h"
 #include "notify.h"
 #include "tenant.h"
 
@@ -621,6 +622,10 @@ int main(int argc, char **argv)
 	/* As root still: a port below 1024 may be asked for. */
 	if (kvd_metrics_start(d, admin_path))
 		goto out;
+	if (kvd_events_init(d, &why)) {
+		kvd_err("kv_events %s: %s", d->cfg.kv_events, why);
+		goto out;
+	}
 	if (kvd_tiers_start(d)) {
 		kvd_err("disk tier: cannot watch its completions");
 		goto out;
@@ -641,6 +646,7 @@ int main(int argc, char **argv)
 	kvd_info("stopped");
 out:
 	kvd_metrics_stop(d);	/* first: a scrape in flight asks the admin socket */
+	kvd_events_exit(d);
 	unbind_path(sock_path, &d->sock_id);
 	unbind_path(admin_path, &d->admin_id);
 	kvd_tiers_exit(d);

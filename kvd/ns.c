@@ -681,6 +681,9 @@ int kvd_ns_commit(struct kvd_ns *ns, struct kvd_holder *hr,
 
 		if (have == KVD_NIL) {
 			kvd_prefix_publish(ns, e[i].id, &key, &e[i].parent);
+			if (ns->pool->on_stored)	/* KV events */
+				ns->pool->on_stored(ns->pool, ns, e[i].id,
+						    &e[i].hash, &e[i].parent);
 			continue;
 		}
 		/* Take the cached block first: the hold table has room for

@@ -136,6 +136,8 @@ struct kvd_hold {
  */
 static inline void kvd_evicted(struct kvd_ns *ns, uint32_t id)
 {
+	if (ns->pool && ns->pool->on_removed)
+		ns->pool->on_removed(ns->pool, ns, id);
 	if (ns->pool && ns->pool->on_evict)
 		ns->pool->on_evict(ns->pool, ns, id, &ns->blocks[id].key);
 }

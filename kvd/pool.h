@@ -34,6 +34,14 @@ struct kvd_pool {
 	 * (kvd/tier.c); NULL: it is dropped */
 	void		(*on_evict)(struct kvd_pool *pool, struct kvd_ns *ns,
 				    uint32_t id, const struct kv_hash *key);
+	/* KV events (kvd/events.c): block @id of @ns committed under the
+	 * engine's hash @h, child of @parent; or it left the pool. NULL:
+	 * no events */
+	void		(*on_stored)(struct kvd_pool *pool, struct kvd_ns *ns,
+				     uint32_t id, const struct kv_hash *h,
+				     const struct kv_hash *parent);
+	void		(*on_removed)(struct kvd_pool *pool, struct kvd_ns *ns,
+				      uint32_t id);
 	void		*priv;
 	/* every namespace slot, for reclaim across them (NULL: none) */
 	struct kvd_ns	*ns;

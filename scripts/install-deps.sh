@@ -20,6 +20,8 @@ PKGS="$PKGS libsystemd-dev systemd"
 PKGS="$PKGS python3-prometheus-client"
 # kvctl top draws with ncurses; its test runs it in a tmux pane.
 PKGS="$PKGS libncurses-dev tmux"
+# KV events: ZMQ PUB and msgpack (kvd), and their test's Python side.
+PKGS="$PKGS libzmq3-dev libmsgpack-dev python3-zmq python3-msgpack"
 # --bench: what `make bench` compares kvd with (kvbench --redis; fio,
 # the disk's own sequential read beside kvbench --disk-tier-size's
 # promotions) and counts kvd's system calls with (kvbench --perf-stat).

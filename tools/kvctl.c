@@ -20,6 +20,7 @@
 #include "admin.h"
 #include "emit.h"
 #include "metrics.h"
+#include "kvevents.h"
 #include "top.h"
 
 #ifndef KV_VERSION
@@ -737,6 +738,8 @@ static bool pin_failed(uint32_t code, int err, uint32_t ns, const char *hash)
 				 * (pin, unpin) */
 #define OPT_TTL		32U
 #define OPT_INTERVAL	64U	/* --interval: top */
+#define OPT_ENDPOINT	128U	/* one operand, an endpoint: events */
+#define OPT_COUNT	256U
 
 struct kvctl_cmd {
 	const char	*name;
@@ -805,6 +808,11 @@ static const struct kvctl_cmd cmds[] = {
 	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
 	  .help = "wait until kvd answers on the admin socket (at most S\n"
 		  "seconds, default 30); exit 1 if it does not" },
+	{ .name = "events", .args = "[--count N] ENDPOINT",
+	  .opts = OPT_ID | OPT_ENDPOINT | OPT_COUNT,
+	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
+	  .help = "follow the KV events kvd publishes at ENDPOINT (kvd\n"
+		  "--kv-events) as JSON lines, N of them (default: until ^C)" },
 	{ .name = "top", .args = "[--interval MS]", .opts = OPT_INTERVAL,
 	  .code = KV_ADMIN_STATUS, .rec = sizeof(struct kv_admin_ns),
 	  .help = "a live view, redrawn every MS ms (default 1000): pool use\n"
@@ -960,7 +968,7 @@ static const struct kvctl_cmd *find_cmd(const char *name, unsigned opts)
 		fprintf(stderr, "kvctl: unknown command '%s'\n", name);
 		usage(stderr);
 	} else {
-		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait, --interval with top, an ID with disconnect, a HASH (and --ns, --ttl) with pin and unpin\n");
+		fprintf(stderr, "kvctl: --tree, --ns and --depth go with prefix --tree or evict, --timeout with wait, --interval with top, --count and an ENDPOINT with events, an ID with disconnect, a HASH (and --ns, --ttl) with pin and unpin\n");
 	}
 	return NULL;
 }
@@ -976,13 +984,14 @@ int main(int argc, char **argv)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "ttl", required_argument, NULL, 'L' },
 		{ "interval", required_argument, NULL, 'I' },
+		{ "count", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 }
 	};
 	const char *opt_path = NULL;
 	uint32_t ns = UINT32_MAX, depth = 3, timeout_s = 30, id = 0;
-	uint32_t ttl_s = 3600, interval_ms = 1000;
+	uint32_t ttl_s = 3600, interval_ms = 1000, count = 0;
 	struct kv_hash hash;
 	const struct kvctl_cmd *cmd;
 	struct kv_admin_status *st;
@@ -1040,6 +1049,11 @@ int main(int argc, char **argv)
 			}
 			given |= OPT_INTERVAL;
 			break;
+		case 'C':
+			if (parse_u32("--count", optarg, &count))
+				return 2;
+			given |= OPT_COUNT;
+			break;
 		case 'h':
 			usage(stdout);
 			return 0;
@@ -1063,6 +1077,13 @@ int main(int argc, char **argv)
 	cmd = find_cmd(argv[optind], given);
 	if (!cmd)
 		return 2;
+	if (cmd->opts & OPT_ENDPOINT) {
+		if (!(given & OPT_ID)) {
+			fprintf(stderr, "kvctl: events needs the ENDPOINT kvd publishes at (kvd --kv-events, e.g. tcp://127.0.0.1:5557)\n");
+			return 2;
+		}
+		return kvctl_events(argv[optind + 1], count);
+	}
 	if (cmd->code == KV_ADMIN_PIN || cmd->code == KV_ADMIN_UNPIN) {
 		if (!(given & OPT_ID)) {
 			fprintf(stderr, "kvctl: %s needs the HASH of a prefix's last block%s\n",
