@@ -203,7 +203,7 @@ $(O)/tests/unit/test_config:	$(UNIT_CONF_OBJS)
 $(O)/tests/unit/test_options:	$(UNIT_CONF_OBJS)
 $(O)/tests/unit/test_cuda:	$(call kvd_objs,cuda pinned extent pool log) $(O)/obj/libkvclient/cudadrv.o
 $(O)/tests/unit/test_pool:	$(call kvd_objs,pool log)
-$(O)/tests/unit/test_ring:	$(call kvd_objs,ring opdef extent tier tier_books tier_disk loop_io) $(UNIT_NS_OBJS)
+$(O)/tests/unit/test_ring:	$(call kvd_objs,ring opdef extent tier tier_books tier_disk tier_file loop_io) $(UNIT_NS_OBJS)
 $(O)/tests/unit/test_ns $(O)/tests/unit/test_ns_stress: $(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
 $(O)/tests/unit/test_prefix $(O)/tests/unit/test_reclaim: $(UNIT_NS_OBJS) $(call kvd_objs,ns_debug)
 $(O)/tests/unit/test_tenant:	$(UNIT_NS_OBJS) $(call kvd_objs,tenant) $(UNIT_CONF_OBJS)

@@ -27,6 +27,29 @@ ssize_t kv_admin_call(const char *path, uint32_t cmd, uint32_t arg0,
 	return kv_admin_send(path, &req, sizeof(req), buf);
 }
 
+int kv_admin_reply_check(const struct kv_admin_status *st, ssize_t n,
+			 size_t rec)
+{
+	if (n < (ssize_t)sizeof(*st) || st->magic != KV_MAGIC ||
+	    st->type != KV_MSG_ADMIN_REPLY)
+		return -EPROTO;
+	if (st->status)
+		return st->status < 0 ? st->status : -EPROTO;
+	if (st->nr_records > KV_ADMIN_MAX_RECORDS ||
+	    sizeof(*st) + st->nr_records * rec > (size_t)n)
+		return -EPROTO;
+	return 0;
+}
+
+int kv_admin_get(const char *path, uint32_t cmd, size_t rec, void *buf)
+{
+	const struct kv_admin_status *st = buf;
+	ssize_t n = kv_admin_call(path, cmd, 0, 0, buf);
+	int ret = n < 0 ? (int)n : kv_admin_reply_check(st, n, rec);
+
+	return ret ? ret : (int)st->nr_records;
+}
+
 ssize_t kv_admin_send(const char *path, const void *req, size_t len,
 		      void *buf)
 {

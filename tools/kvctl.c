@@ -605,20 +605,6 @@ static void call_failed(const char *path, const void *buf, ssize_t n, int ret)
 			hint(ret));
 }
 
-/* Check the reply's header and that its records fit what arrived. */
-static int reply_check(const struct kv_admin_status *st, ssize_t n,
-		       size_t rec)
-{
-	if (n < (ssize_t)sizeof(*st) || st->magic != KV_MAGIC ||
-	    st->type != KV_MSG_ADMIN_REPLY)
-		return -EPROTO;
-	if (st->status)
-		return st->status < 0 ? st->status : -EPROTO;
-	if (st->nr_records > KV_ADMIN_MAX_RECORDS ||
-	    sizeof(*st) + st->nr_records * rec > (size_t)n)
-		return -EPROTO;
-	return 0;
-}
 
 /* kvctl quota: the tenants' table, then the namespaces' (a second call). */
 static int kvctl_cmd_quota(struct kv_emit *e, const struct kvctl_reply *r)
@@ -632,7 +618,7 @@ static int kvctl_cmd_quota(struct kv_emit *e, const struct kvctl_reply *r)
 		return 1;
 	kvctl_cmd_tenants(e, r);
 	n = kv_admin_call(path, KV_ADMIN_STATUS, 0, 0, buf);
-	ret = n < 0 ? (int)n : reply_check(buf, n, sizeof(struct kv_admin_ns));
+	ret = n < 0 ? (int)n : kv_admin_reply_check(buf, n, sizeof(struct kv_admin_ns));
 	if (!ret)
 		emit_ns_quota(e, buf, (void *)((struct kv_admin_status *)buf + 1));
 	else
@@ -860,7 +846,7 @@ static int kvctl_wait(struct kv_emit *e, const char *path, uint32_t timeout_s,
 	for (;;) {
 		n = kv_admin_call(path, KV_ADMIN_STATUS, 0, 0, buf);
 		ret = n < 0 ? (int)n :
-		      reply_check(st, n, sizeof(struct kv_admin_ns));
+		      kv_admin_reply_check(st, n, sizeof(struct kv_admin_ns));
 		if (!ret)
 			break;
 		if (!not_up_yet(ret) || not_a_socket(path)) {
@@ -893,7 +879,7 @@ static int only_namespace(const char *path, void *buf, uint32_t *ns)
 	const struct kv_admin_prefix *r = (const void *)(st + 1);
 	ssize_t n = kv_admin_call(path, KV_ADMIN_PREFIX, 0, 0, buf);
 	int ret = n < 0 ? (int)n :
-		  reply_check(st, n, sizeof(struct kv_admin_prefix));
+		  kv_admin_reply_check(st, n, sizeof(struct kv_admin_prefix));
 
 	if (ret) {
 		call_failed(path, buf, n, ret);
@@ -1135,7 +1121,7 @@ int main(int argc, char **argv)
 	else
 		n = kv_admin_call(path, cmd->code, ns, depth, buf);
 	st = buf;
-	ret = n < 0 ? (int)n : reply_check(st, n, cmd->rec);
+	ret = n < 0 ? (int)n : kv_admin_reply_check(st, n, cmd->rec);
 	if (ret && cmd->code == KV_ADMIN_RELOAD &&
 	    n >= (ssize_t)(sizeof(*st) + sizeof(struct kv_admin_msg))) {
 		struct kv_admin_msg *m = (void *)(st + 1);

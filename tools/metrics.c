@@ -81,24 +81,6 @@ static void emit_fields(FILE *f, const struct metric *m, size_t nr_m,
 	}
 }
 
-/* One admin call into @buf; its records, or -errno. */
-static int call(const char *path, uint32_t cmd, size_t rec, void *buf)
-{
-	const struct kv_admin_status *st = buf;
-	ssize_t n = kv_admin_call(path, cmd, 0, 0, buf);
-
-	if (n < 0)
-		return (int)n;
-	if (n < (ssize_t)sizeof(*st) || st->magic != KV_MAGIC ||
-	    st->type != KV_MSG_ADMIN_REPLY)
-		return -EPROTO;
-	if (st->status)
-		return st->status < 0 ? st->status : -EPROTO;
-	if (st->nr_records > KV_ADMIN_MAX_RECORDS ||
-	    sizeof(*st) + st->nr_records * rec > (size_t)n)
-		return -EPROTO;
-	return (int)st->nr_records;
-}
 
 static void gauge(FILE *f, const char *name, const char *help, uint64_t v)
 {
@@ -355,25 +337,25 @@ static void emit_rest(FILE *f, const char *path, struct kv_admin_status *st)
 	void *rec = st + 1;
 	int n;
 
-	n = call(path, KV_ADMIN_PREFIX, sizeof(struct kv_admin_prefix), st);
+	n = kv_admin_get(path, KV_ADMIN_PREFIX, sizeof(struct kv_admin_prefix), st);
 	if (n >= 0) {
 		FIELDS(f, prefix_metrics, (struct kv_admin_prefix *)rec, n,
 		       prefix_labels);
 		emit_misses(f, rec, n);
 	}
-	n = call(path, KV_ADMIN_TENANTS, sizeof(struct kv_admin_tenant), st);
+	n = kv_admin_get(path, KV_ADMIN_TENANTS, sizeof(struct kv_admin_tenant), st);
 	if (n >= 0) {
 		FIELDS(f, tenant_metrics, (struct kv_admin_tenant *)rec, n,
 		       tenant_labels);
 		emit_quota(f, rec, n);
 	}
-	n = call(path, KV_ADMIN_TIERS, sizeof(struct kv_admin_tier), st);
+	n = kv_admin_get(path, KV_ADMIN_TIERS, sizeof(struct kv_admin_tier), st);
 	if (n >= 0) {
 		FIELDS(f, tier_metrics, (struct kv_admin_tier *)rec, n,
 		       tier_labels);
 		emit_tier_lat(f, rec, n);
 	}
-	n = call(path, KV_ADMIN_OPS, sizeof(struct kv_admin_op), st);
+	n = kv_admin_get(path, KV_ADMIN_OPS, sizeof(struct kv_admin_op), st);
 	if (n >= 0)
 		emit_ops(f, rec, n);
 }
@@ -385,7 +367,7 @@ int kv_metrics_write(FILE *f, const char *path)
 
 	if (!st)
 		return -ENOMEM;
-	n = call(path, KV_ADMIN_STATUS, sizeof(struct kv_admin_ns), st);
+	n = kv_admin_get(path, KV_ADMIN_STATUS, sizeof(struct kv_admin_ns), st);
 	if (n < 0)
 		goto out;
 	emit_pool(f, st);

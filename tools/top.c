@@ -59,22 +59,10 @@ static const struct kv_admin_status *hdr(const struct top_reply *r)
 static int top_call(const char *path, uint32_t cmd, size_t rec,
 		    struct top_reply *r)
 {
-	const struct kv_admin_status *st = r->buf;
-	ssize_t n = kv_admin_call(path, cmd, 0, 0, r->buf);
+	int ret = kv_admin_get(path, cmd, rec, r->buf);
 
-	r->ok = false;
-	if (n < 0)
-		return (int)n;
-	if (n < (ssize_t)sizeof(*st) || st->magic != KV_MAGIC ||
-	    st->type != KV_MSG_ADMIN_REPLY)
-		return -EPROTO;
-	if (st->status)
-		return st->status < 0 ? st->status : -EPROTO;
-	if (st->nr_records > KV_ADMIN_MAX_RECORDS ||
-	    sizeof(*st) + st->nr_records * rec > (size_t)n)
-		return -EPROTO;
-	r->ok = true;
-	return 0;
+	r->ok = ret >= 0;
+	return ret < 0 ? ret : 0;
 }
 
 static void swap_reply(struct top_reply *a, struct top_reply *b)
